@@ -1,0 +1,197 @@
+"""HPA v2 ``behavior``: stabilization windows and rate policies, exactly as Kubernetes.
+
+This is the arithmetic of ``normalizeDesiredReplicasWithBehaviors`` in
+kubernetes/pkg/controller/podautoscaler/horizontal.go, shared by the ``hpa`` baseline
+and servectl's own rails:
+
+1. Stabilization. Every tick's raw recommendation is remembered with its time. The
+   scale-up recommendation is the *minimum* over the scale-up window, the scale-down
+   recommendation the *maximum* over the scale-down window (both including the
+   current one); the result is the current count clamped into [up, down]
+   (``stabilizeRecommendationWithBehaviors``).
+2. Rate policies. Over each policy's ``period_s`` the pods already added (removed) are
+   subtracted from the budget: the period's start count is ``current - added +
+   removed``; a Pods policy allows ``start + value``, a Percent policy
+   ``ceil(start * (1 + value/100))`` (up) or ``floor(start * (1 - value/100))`` (down);
+   ``select: Max`` takes the policy allowing the most change, ``Min`` the least,
+   ``Disabled`` forbids the direction.
+3. Min/max bounds.
+
+Worked example (defaults, scale up): current 3, no events in 15 s, desired 20 ->
+Percent allows ceil(3*2)=6, Pods allows 3+4=7, select Max -> 7.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from servectl.autoscaling import config
+from servectl.autoscaling.decision import Reason
+
+
+@dataclass(frozen=True)
+class BehaviorState:
+    """Recommendation history and scale events within the longest window/period."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    scale_events: tuple[tuple[float, int], ...] = ()  # (time, +added / -removed)
+
+    def to_dict(self) -> dict[str, list[list[float]]]:
+        return {
+            "recommendations": [[t, r] for t, r in self.recommendations],
+            "scale_events": [[t, c] for t, c in self.scale_events],
+        }
+
+    @staticmethod
+    def from_dict(doc: dict[str, list[list[float]]] | None) -> BehaviorState:
+        if not doc:
+            return BehaviorState()
+        return BehaviorState(
+            recommendations=tuple((float(t), int(r)) for t, r in doc.get("recommendations", [])),
+            scale_events=tuple((float(t), int(c)) for t, c in doc.get("scale_events", [])),
+        )
+
+
+@dataclass(frozen=True)
+class Normalized:
+    replicas: int
+    reason: Reason | None  # None: the raw recommendation passed unchanged
+    state: BehaviorState
+
+
+def _max_period(rules: config.ScalingRules) -> float:
+    return max((p.period_s for p in rules.policies), default=0.0)
+
+
+def stabilize(
+    desired: int,
+    current: int,
+    now: float,
+    behavior: config.Behavior,
+    history: Iterable[tuple[float, int]],
+) -> int:
+    """Clamp ``current`` into [min over up-window, max over down-window]."""
+    up_cutoff = now - behavior.scale_up.stabilization_s
+    down_cutoff = now - behavior.scale_down.stabilization_s
+    up_rec = desired
+    down_rec = desired
+    for when, rec in history:
+        if when > up_cutoff:
+            up_rec = min(up_rec, rec)
+        if when > down_cutoff:
+            down_rec = max(down_rec, rec)
+    result = current
+    if result < up_rec:
+        result = up_rec
+    if result > down_rec:
+        result = down_rec
+    return result
+
+
+def _changes_in_period(
+    events: Iterable[tuple[float, int]], now: float, period_s: float
+) -> tuple[int, int]:
+    added = removed = 0
+    cutoff = now - period_s
+    for when, change in events:
+        if when > cutoff:
+            if change > 0:
+                added += change
+            else:
+                removed -= change
+    return added, removed
+
+
+def scale_up_limit(
+    current: int, now: float, rules: config.ScalingRules, events: Iterable[tuple[float, int]]
+) -> int:
+    """Largest count the scale-up policies allow now (``calculateScaleUpLimitWithScalingRules``)."""
+    if rules.select is config.SelectPolicy.DISABLED:
+        return current
+    events = tuple(events)
+    proposals: list[int] = []
+    for policy in rules.policies:
+        added, removed = _changes_in_period(events, now, policy.period_s)
+        start = current - added + removed
+        if policy.type is config.RateType.PODS:
+            proposals.append(start + policy.value)
+        else:
+            proposals.append(math.ceil(start * (1 + policy.value / 100)))
+    if not proposals:
+        return current
+    return max(proposals) if rules.select is config.SelectPolicy.MAX else min(proposals)
+
+
+def scale_down_limit(
+    current: int, now: float, rules: config.ScalingRules, events: Iterable[tuple[float, int]]
+) -> int:
+    """Smallest count the scale-down policies allow now (``calculateScaleDownLimitWithBehaviors``)."""
+    if rules.select is config.SelectPolicy.DISABLED:
+        return current
+    events = tuple(events)
+    proposals: list[int] = []
+    for policy in rules.policies:
+        added, removed = _changes_in_period(events, now, policy.period_s)
+        start = current - added + removed
+        if policy.type is config.RateType.PODS:
+            proposals.append(start - policy.value)
+        else:
+            proposals.append(math.floor(start * (1 - policy.value / 100)))
+    if not proposals:
+        return current
+    return min(proposals) if rules.select is config.SelectPolicy.MAX else max(proposals)
+
+
+def normalize(
+    desired: int,
+    current: int,
+    now: float,
+    min_replicas: int,
+    max_replicas: int,
+    behavior: config.Behavior,
+    state: BehaviorState,
+) -> Normalized:
+    """Apply stabilization, rate policies and bounds; record the recommendation.
+
+    The returned state already holds this tick's recommendation and, if the count
+    changes, the scale event (the caller applies the count).
+    """
+    stabilized = stabilize(desired, current, now, behavior, state.recommendations)
+    reason: Reason | None = None
+    if stabilized != desired:
+        reason = Reason.STABILIZING
+    result = stabilized
+    if result > current:
+        limit = max(current, scale_up_limit(current, now, behavior.scale_up, state.scale_events))
+        if result > limit:
+            result, reason = limit, Reason.RATE_LIMITED_UP
+        if result > max_replicas:
+            result, reason = max_replicas, Reason.AT_MAX
+    elif result < current:
+        limit = min(
+            current, scale_down_limit(current, now, behavior.scale_down, state.scale_events)
+        )
+        if result < limit:
+            result, reason = limit, Reason.RATE_LIMITED_DOWN
+        if result < min_replicas:
+            result, reason = min_replicas, Reason.AT_MIN
+    # Outside [min, max] whatever the direction (HPA does this before normalizing).
+    if result < min_replicas:
+        result, reason = min_replicas, Reason.AT_MIN
+    elif result > max_replicas:
+        result, reason = max_replicas, Reason.AT_MAX
+    # Keep only what a window or a period can still see.
+    horizon = max(
+        behavior.scale_up.stabilization_s,
+        behavior.scale_down.stabilization_s,
+        _max_period(behavior.scale_up),
+        _max_period(behavior.scale_down),
+    )
+    keep_after = now - horizon
+    recs = tuple(r for r in state.recommendations if r[0] > keep_after) + ((now, desired),)
+    events = tuple(e for e in state.scale_events if e[0] > keep_after)
+    if result != current:
+        events += ((now, result - current),)
+    return Normalized(result, reason, BehaviorState(recs, events))

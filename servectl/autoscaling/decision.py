@@ -1,0 +1,55 @@
+"""A policy's output: the replica count, the signal that won, and a reason code.
+
+Every decision carries a reason code that ends up in status, events and
+``servectl explain``; ``detail`` is the human sentence behind it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Reason(enum.StrEnum):
+    """Why the replica count is what it is (the last rail that shaped it wins)."""
+
+    SIGNAL = "SIGNAL"  # a signal's proposal, unmodified
+    WITHIN_TOLERANCE = "WITHIN_TOLERANCE"  # proposal too close to current to act on
+    PANIC = "PANIC"  # burst detected: scale up on the short window, never down
+    STABILIZING = "STABILIZING"  # scale-down held by the stabilization window
+    RATE_LIMITED_UP = "RATE_LIMITED_UP"
+    RATE_LIMITED_DOWN = "RATE_LIMITED_DOWN"
+    COLD_START = "COLD_START"  # replicas still starting: don't count their absence as demand
+    AT_MIN = "AT_MIN"
+    AT_MAX = "AT_MAX"
+    METRICS_MISSING = "METRICS_MISSING"  # no usable signal: hold (never shrink)
+    POLICY = "POLICY"  # a custom (CEL) policy decided
+    POLICY_ERROR = "POLICY_ERROR"  # the custom policy failed; fell back to the recommendation
+    RECOMMEND_ONLY = "RECOMMEND_ONLY"  # mode: recommend; decided and recorded, not applied
+    ORACLE = "ORACLE"  # the simulator's perfect-foresight lower bound
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``replicas`` is what to apply; ``recommended`` what the policy wanted before
+    ``mode: recommend`` kept the current count. ``proposals`` holds each signal's raw
+    proposal (replicas, possibly fractional) for ``servectl explain``."""
+
+    replicas: int
+    reason: Reason
+    signal: str | None = None
+    detail: str = ""
+    recommended: int | None = None
+    proposals: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "replicas": self.replicas,
+            "recommended": self.replicas if self.recommended is None else self.recommended,
+            "reason": self.reason.value,
+            "signal": self.signal,
+            "detail": self.detail,
+            "proposals": {k: round(v, 4) for k, v in self.proposals.items()},
+        }
