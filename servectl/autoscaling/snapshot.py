@@ -150,6 +150,12 @@ def _integer(value: Any, where: str) -> int:
     return value
 
 
+def _boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SnapshotError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
 def _known_keys(doc: Mapping[str, Any], cls: type, where: str) -> None:
     allowed = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(doc) - allowed)
@@ -210,7 +216,10 @@ def from_dict(doc: Mapping[str, Any]) -> Snapshot:
         age_s=_number(sig.get("age_s", 0.0), "signals.age_s") or 0.0,
     )
     pods: list[PodSample] = []
-    for i, pod in enumerate(doc.get("pods", []) or []):
+    raw_pods = doc.get("pods", []) or []
+    if not isinstance(raw_pods, list):
+        raise SnapshotError("pods: expected a list of pod objects")
+    for i, pod in enumerate(raw_pods):
         where = f"pods[{i}]"
         if not isinstance(pod, Mapping) or "name" not in pod:
             raise SnapshotError(f"{where}.name: required")
@@ -218,7 +227,7 @@ def from_dict(doc: Mapping[str, Any]) -> Snapshot:
         pods.append(
             PodSample(
                 name=str(pod["name"]),
-                ready=bool(pod.get("ready", True)),
+                ready=_boolean(pod.get("ready", True), f"{where}.ready"),
                 start_time=_number(pod.get("start_time", 0.0), f"{where}.start_time") or 0.0,
                 cpu_usage_cores=_number(pod.get("cpu_usage_cores"), f"{where}.cpu_usage_cores"),
                 cpu_request_cores=_number(

@@ -1,0 +1,5 @@
+"""``python -m servectl`` runs the CLI."""
+
+from servectl.cli.main import main
+
+main()

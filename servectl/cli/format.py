@@ -1,0 +1,122 @@
+"""Pure formatters for the CLI's tables: records in, rows of strings out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+
+class _Scored(Protocol):
+    @property
+    def slo_attainment(self) -> float: ...
+    @property
+    def replica_seconds(self) -> float: ...
+    @property
+    def scale_actions(self) -> int: ...
+    @property
+    def direction_reversals(self) -> int: ...
+    @property
+    def recovery_s(self) -> float | None: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+
+
+SIMULATE_HEADER = [
+    "policy", "", "SLO met", "replica·s", "vs " + "subject", "scale actions", "reversals",
+    "recovery", "failed",
+]
+
+
+def pct(value: float) -> str:
+    return f"{value * 100:.2f}%"
+
+
+def ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} s"
+
+
+def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str]]:
+    base = results[subject].replica_seconds if subject in results else None
+    rows = []
+    for name, result in results.items():
+        rel = result.replica_seconds / base if base else None
+        rows.append([
+            name,
+            "◀" if name == subject else "",
+            pct(result.slo_attainment),
+            f"{result.replica_seconds:,.0f}",
+            ratio(rel),
+            str(result.scale_actions),
+            str(result.direction_reversals),
+            seconds(result.recovery_s),
+            f"{result.failed:,}",
+        ])
+    return rows
+
+
+def _get(record: Any, key: str) -> Any:
+    return record[key] if isinstance(record, Mapping) else getattr(record, key)
+
+
+def bench_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["trace", "policy", "SLO met", "replica·s", "scale actions", "reversals/10min",
+              "recovery", "wall"]
+    rows = [
+        [
+            _get(r, "trace"),
+            _get(r, "policy"),
+            pct(_get(r, "slo_attainment")),
+            f"{_get(r, 'replica_seconds'):,.0f}",
+            str(_get(r, "scale_actions")),
+            f"{_get(r, 'reversals_per_10min'):.2f}",
+            seconds(_get(r, "recovery_s")),
+            f"{_get(r, 'wall_s'):.1f} s",
+        ]
+        for r in records
+    ]
+    return header, rows
+
+
+def bench_summary_rows(
+    records: Sequence[Any], subject: str = "servectl"
+) -> tuple[list[str], list[list[str]]]:
+    """Per trace: servectl's SLO lead over each other policy and its cost ratio; then totals."""
+    by_trace: dict[str, dict[str, Any]] = {}
+    for r in records:
+        by_trace.setdefault(_get(r, "trace"), {})[_get(r, "policy")] = r
+    others = sorted({_get(r, "policy") for r in records} - {subject})
+    header = ["trace"] + [f"SLO Δ vs {o}" for o in others] + [f"cost vs {o}" for o in others]
+    rows = []
+    totals: dict[str, float] = {}
+    for trace, per_policy in by_trace.items():
+        if subject not in per_policy:
+            continue
+        mine = per_policy[subject]
+        row = [trace]
+        for o in others:
+            theirs = per_policy.get(o)
+            row.append(
+                "—" if theirs is None
+                else f"{(_get(mine, 'slo_attainment') - _get(theirs, 'slo_attainment')) * 100:+.2f} pp"
+            )
+        for o in others:
+            theirs = per_policy.get(o)
+            row.append(
+                "—" if theirs is None
+                else ratio(_get(mine, "replica_seconds") / _get(theirs, "replica_seconds"))
+            )
+        rows.append(row)
+        for name, rec in per_policy.items():
+            totals[name] = totals.get(name, 0.0) + _get(rec, "replica_seconds")
+    if subject in totals:
+        total_row = ["suite total"] + [""] * len(others) + [
+            ratio(totals[subject] / totals[o]) if totals.get(o) else "—" for o in others
+        ]
+        rows.append(total_row)
+    return header, rows

@@ -1,0 +1,459 @@
+"""The ``servectl`` command line: thin commands over the library, formatting in ``format``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servectl import __version__
+
+app = typer.Typer(
+    name="servectl",
+    help=(
+        "Serve TensorFlow models on Kubernetes with one authority over replicas and traffic.\n\n"
+        "Start with `servectl simulate` (a demo of the autoscaler against Kubernetes HPA and "
+        "Knative KPA), `servectl policy eval` (one decision from a snapshot) or "
+        "`servectl validate` (check a ModelService file)."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+policy_app = typer.Typer(
+    help="Evaluate and test autoscaling policies (servectl, hpa, kpa, CEL).",
+    no_args_is_help=True,
+)
+crds_app = typer.Typer(help="CustomResourceDefinitions for ModelService and ScalingPolicy.")
+app.add_typer(policy_app, name="policy")
+app.add_typer(crds_app, name="crds")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        out.print(f"servectl {__version__}")
+        raise typer.Exit()
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | None) -> Any:
+    from servectl.sim import traces
+
+    if csv is not None:
+        try:
+            trace = traces.from_csv(csv)
+        except (OSError, ValueError) as exc:
+            raise fail(f"--csv {csv}: {exc}") from exc
+    else:
+        suite = {t.name: t for t in traces.standard_suite(seed)}
+        chosen = name or "diurnal"
+        if chosen not in suite:
+            raise fail(f"--trace {chosen!r}: unknown; choose one of {', '.join(suite)} or --csv FILE")
+        trace = suite[chosen]
+    if minutes is not None:
+        trace = traces.truncate(trace, int(minutes * 60))
+    return trace
+
+
+@app.command()
+def simulate(
+    trace_name: Annotated[
+        str | None,
+        typer.Option("--trace", help="A standard trace: steady_noisy, step, spike, ramp, diurnal, bursty."),
+    ] = None,
+    csv: Annotated[
+        Path | None, typer.Option("--csv", help="Replay a load trace from a CSV with columns t,rps.")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="The policy under test.")] = "servectl",
+    compare: Annotated[
+        str, typer.Option(help="Comma-separated policies to run beside it (hpa, kpa, oracle).")
+    ] = "hpa,kpa,oracle",
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG timeline (load, replicas, p99 vs SLO) here.")
+    ] = None,
+    minutes: Annotated[
+        float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for arrivals and service times.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record per policy.")] = False,
+) -> None:
+    """Replay a load trace through policies on simulated TF Serving replicas.
+
+    Every policy sees the same arrivals, cold start and Prometheus-like metrics. The
+    table shows SLO attainment (share of requests under the latency SLO), replica-seconds
+    (cost) and scale actions. Example:
+
+        servectl simulate --trace step --compare hpa,kpa --plot out/step.png
+    """
+    from servectl.cli import format as fmt
+    from servectl.sim import plot as sim_plot
+    from servectl.sim import runner, suite
+
+    svc = suite.service()
+    trace = _load_trace(trace_name, csv, seed, minutes)
+    names = [policy] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != policy]
+    try:
+        factories = suite.policies(svc, names)
+    except ValueError as exc:
+        raise fail(f"--policy/--compare: {exc}") from exc
+    results = {}
+    for name, factory in factories.items():
+        if not as_json:
+            err.print(f"simulating {trace.name} ({len(trace.rps) // 60} min) with {name} ...")
+        started = time.perf_counter()
+        results[name] = runner.simulate(
+            trace, factory(trace), svc, min_replicas=suite.MIN_REPLICAS,
+            max_replicas=suite.MAX_REPLICAS, seed=seed,
+        )
+        if not as_json:
+            err.print(f"  done in {time.perf_counter() - started:.1f} s")
+    if as_json:
+        for name, result in results.items():
+            print(json.dumps({"trace": trace.name, "policy": name, **result.to_record()}))
+    else:
+        rows = fmt.simulate_rows(results, subject=policy)
+        _print_table(f"{trace.name}: SLO p-latency <= {svc.slo_ms:g} ms", fmt.SIMULATE_HEADER, rows)
+    if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        sim_plot.plot_timeline(results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}")
+        if not as_json:
+            out.print(f"timeline written to {plot}")
+
+
+def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(header):
+        table.add_column(column, justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+# --------------------------------------------------------------------------- bench
+
+
+@app.command()
+def bench(
+    traces_opt: Annotated[
+        str | None, typer.Option("--traces", help="Comma-separated subset of the standard suite.")
+    ] = None,
+    policies_opt: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policies.")
+    ] = "servectl,hpa,kpa,oracle",
+    seed: Annotated[int, typer.Option(help="Seed for the suite and the arrivals.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON record per trace x policy on stdout.")
+    ] = False,
+    micro: Annotated[
+        bool,
+        typer.Option("--micro", help="Instead: time one simulated hour and one policy decision."),
+    ] = False,
+) -> None:
+    """Run every trace of the standard suite through every policy and compare.
+
+    servectl's default policy is compared with Kubernetes HPA v2 and Knative KPA (run
+    with their documented defaults and the same per-replica targets) and the
+    perfect-foresight oracle. See docs/benchmarks.md for every parameter.
+    """
+    from servectl.cli import format as fmt
+    from servectl.sim import bench as sim_bench
+    from servectl.sim import suite, traces
+
+    if micro:
+        _micro_bench(as_json)
+        return
+    svc = suite.service()
+    suite_traces = traces.standard_suite(seed)
+    if traces_opt:
+        wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
+        known = {t.name for t in suite_traces}
+        unknown = [t for t in wanted if t not in known]
+        if unknown:
+            raise fail(f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+        suite_traces = [t for t in suite_traces if t.name in wanted]
+    try:
+        factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
+    except ValueError as exc:
+        raise fail(f"--policies: {exc}") from exc
+
+    def progress(trace: str, policy: str, index: int, total: int) -> None:
+        if not as_json:
+            err.print(f"[{index}/{total}] {trace} × {policy}")
+
+    records = sim_bench.run_bench(suite_traces, factories, svc, seed=seed, progress=progress)
+    if as_json:
+        for record in records:
+            print(json.dumps(record.to_record()))
+        return
+    header, rows = fmt.bench_rows(records)
+    _print_table("per trace", header, rows)
+    summary_header, summary_rows = fmt.bench_summary_rows(records)
+    _print_table("suite totals and ratios (servectl vs others)", summary_header, summary_rows)
+
+
+def _micro_bench(as_json: bool) -> None:
+    from servectl.sim import bench as sim_bench
+
+    figures = sim_bench.micro_benchmarks()
+    if as_json:
+        print(json.dumps(figures))
+        return
+    for key, value in figures.items():
+        out.print(f"{key:40s} {value}")
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def _read_json_documents(path: Path) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    stripped = text.strip()
+    if not stripped:
+        raise fail(f"{path}: empty; expected a snapshot JSON object (see docs/snapshot.md)")
+    try:
+        doc = json.loads(stripped)
+    except json.JSONDecodeError:
+        docs = []
+        for lineno, line in enumerate(stripped.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise fail(f"{path}:{lineno}: not JSON ({exc.msg}); expected one snapshot per line") from exc
+        return docs
+    if isinstance(doc, list):
+        return doc
+    return [doc]
+
+
+def _parse_params(params: list[str]) -> dict[str, float]:
+    parsed: dict[str, float] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        try:
+            parsed[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise fail(f"--param {item!r}: expected NAME=NUMBER, e.g. --param targetMs=150")
+    return parsed
+
+
+@policy_app.command("eval")
+def policy_eval(
+    snapshot_file: Annotated[
+        Path,
+        typer.Argument(
+            help="Snapshot JSON (one object), or a trace: a JSON array or JSON lines. '-' = stdin."
+        ),
+    ],
+    policy: Annotated[str, typer.Option(help="servectl, hpa or kpa.")] = "servectl",
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A ModelService YAML whose spec.autoscaling configures the policy."),
+    ] = None,
+    cel: Annotated[str | None, typer.Option(help="An inline CEL policy expression.")] = None,
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy-file", help="A ScalingPolicy YAML (e.g. policies/latency-slo.yaml).")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Override a policy param: NAME=NUMBER (repeatable).")
+    ] = None,
+    state_file: Annotated[
+        Path | None, typer.Option("--state", help="JSON policy state from an earlier decision.")
+    ] = None,
+    show_state: Annotated[bool, typer.Option(help="Include the new policy state.")] = False,
+) -> None:
+    """Print the decision (replicas, reason, winning signal) as JSON.
+
+    With one snapshot, one JSON object; with a trace, one JSON line per snapshot, state
+    carried between them and each snapshot's replicas.current set to the previous
+    decision. Example:
+
+        servectl policy eval docs/examples/snapshot.json --policy-file policies/latency-slo.yaml
+    """
+    from servectl.autoscaling import registry, snapshot
+
+    cfg, custom = _policy_config(spec, cel, policy_file, _parse_params(param or []))
+    try:
+        chosen = registry.build(policy, cfg, custom)
+    except (registry.UnknownPolicyError, ValueError) as exc:
+        raise fail(f"--policy: {exc}") from exc
+    docs = _read_json_documents(snapshot_file)
+    snaps = []
+    for i, doc in enumerate(docs):
+        try:
+            snaps.append(snapshot.from_dict(doc))
+        except snapshot.SnapshotError as exc:
+            where = f"{snapshot_file}" + (f" (snapshot {i})" if len(docs) > 1 else "")
+            raise fail(f"{where}: {exc}") from exc
+    state = json.loads(state_file.read_text()) if state_file else None
+    steps = registry.replay(chosen, snaps, state)
+    for step in steps:
+        record: dict[str, Any] = {"time": step.time, "policy": chosen.name, **step.decision.to_dict()}
+        if show_state:
+            record["state"] = step.state
+        print(json.dumps(record, indent=None if len(steps) > 1 else 2))
+
+
+def _policy_config(
+    spec: Path | None, cel: str | None, policy_file: Path | None, params: dict[str, float]
+) -> tuple[Any, Any]:
+    from servectl import specfile
+    from servectl.api import models, validation
+    from servectl.autoscaling import cel_policy, config, engine
+
+    cfg = config.AutoscalingConfig()
+    custom = None
+    expression: str | None = None
+    name = "inline"
+    merged: dict[str, float] = {}
+    if spec is not None:
+        try:
+            docs = specfile.load_file(spec)
+        except (OSError, validation.SpecError, ValueError) as exc:
+            raise fail(f"--spec {spec}:\n{exc}") from exc
+        services = [d for d in docs if isinstance(d, models.ModelService)]
+        if not services:
+            raise fail(f"--spec {spec}: no ModelService document in it")
+        autoscaling = services[0].spec.autoscaling
+        cfg = autoscaling.to_config()
+        if autoscaling.policy is not None and autoscaling.policy.cel:
+            expression = autoscaling.policy.cel
+    if policy_file is not None:
+        try:
+            docs = specfile.load_file(policy_file)
+        except (OSError, validation.SpecError, ValueError) as exc:
+            raise fail(f"--policy-file {policy_file}:\n{exc}") from exc
+        policies = [d for d in docs if isinstance(d, models.ScalingPolicy)]
+        if not policies:
+            raise fail(f"--policy-file {policy_file}: no ScalingPolicy document in it")
+        expression = policies[0].spec.cel
+        name = policies[0].metadata.name
+        merged.update(policies[0].spec.params or {})
+    if cel is not None:
+        expression, name = cel, "inline"
+    merged.update(params)
+    if expression is not None:
+        try:
+            program = cel_policy.compile_expression(expression)
+        except cel_policy.PolicyCompileError as exc:
+            raise fail(f"CEL policy {name}: {exc}") from exc
+        custom = engine.CustomPolicy(name, program, merged)
+    return cfg, custom
+
+
+@policy_app.command("test")
+def policy_test(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="ScalingPolicy YAML files (default: every policies/*.yaml)."),
+    ] = None,
+) -> None:
+    """Run each policy's test trace (policies/tests/NAME.yaml) and report every step.
+
+    Exits 1 if any step fails. See docs/policies.md for the test file format.
+    """
+    from servectl import specfile
+    from servectl.autoscaling import policytest
+
+    files = paths or sorted(Path("policies").glob("*.yaml"))
+    if not files:
+        raise fail("no policy files given and none found in ./policies")
+    failed = 0
+    for path in files:
+        test_path = path.parent / "tests" / path.name
+        if not test_path.exists():
+            err.print(f"[yellow]{path}: no test trace at {test_path}[/]")
+            failed += 1
+            continue
+        try:
+            policy_doc = specfile.read_documents(path)[0]
+            test_doc = specfile.read_documents(test_path)[0]
+        except (OSError, ValueError) as exc:
+            raise fail(str(exc)) from exc
+        report = policytest.run_policy_tests(policy_doc, test_doc)
+        mark = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
+        out.print(f"{mark} {path} ({report.summary})")
+        for line in report.lines():
+            out.print(f"    {line}", highlight=False)
+        failed += 0 if report.passed else 1
+    if failed:
+        raise typer.Exit(1)
+
+
+@policy_app.command("list")
+def policy_list() -> None:
+    """List the built-in policies and the ready-made CEL policies in ./policies."""
+    from servectl.autoscaling import registry
+
+    for name in registry.names():
+        out.print(f"{name:12s} built-in")
+    for path in sorted(Path("policies").glob("*.yaml")):
+        out.print(f"{path.stem:12s} CEL ({path})")
+
+
+# --------------------------------------------------------------------------- specs
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="ModelService / ScalingPolicy YAML files.")],
+) -> None:
+    """Check ModelService and ScalingPolicy files; every problem names its field and fix."""
+    from servectl import specfile
+    from servectl.api import validation
+
+    bad = 0
+    for path in files:
+        try:
+            docs = specfile.load_file(path)
+        except (OSError, validation.SpecError, ValueError) as exc:
+            bad += 1
+            err.print(f"[red]{path}: invalid[/]\n{exc}", highlight=False)
+            continue
+        kinds = ", ".join(f"{type(d).__name__} {d.metadata.name}" for d in docs)
+        out.print(f"{path}: ok ({kinds})", highlight=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+@crds_app.command("generate")
+def crds_generate(
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory to write into.")] = Path(
+        "deploy/crds"
+    ),
+) -> None:
+    """Regenerate the CRD YAML from the resource model (commit the result)."""
+    from servectl import specfile
+
+    for path in specfile.write_crds(out_dir):
+        out.print(f"wrote {path}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

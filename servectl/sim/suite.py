@@ -1,0 +1,79 @@
+"""The standard benchmark setup: one service model, one set of targets, four policies.
+
+Fairness (docs/benchmarks.md): every policy is given the same per-replica targets
+servectl is given, and its own documented defaults for everything else:
+
+- servectl: CPU 70 % and latency p99 <= the SLO, its default behavior, 2 s tick;
+- hpa:      CPU 70 % (Resource Utilization), Kubernetes defaults (15 s sync, 0.1
+            tolerance, 300 s scale-down window, 100 %/4 pods per 15 s up);
+- kpa:      target concurrency = a replica's threads at Knative's default 70 % target
+            utilization, Knative defaults (60 s stable / 6 s panic windows, 200 % panic
+            threshold, 1000x up / 2x down rates, 2 s tick);
+- oracle:   perfect foresight of the load and the cold start (the lower bound).
+
+Everyone runs on the same arrivals (same seed), the same cold start, min and max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from servectl.autoscaling import config, registry
+from servectl.autoscaling.policy import Policy
+from servectl.sim import model, oracle, traces
+
+MIN_REPLICAS = 1
+MAX_REPLICAS = 60
+CPU_TARGET = 70.0
+
+
+def service() -> model.ServiceModel:
+    return model.ServiceModel()
+
+
+def autoscaling_config(svc: model.ServiceModel, *, latency: bool = True) -> config.AutoscalingConfig:
+    signals: tuple[config.SignalTarget, ...] = (
+        config.SignalTarget(config.SignalType.CPU, CPU_TARGET),
+    )
+    if latency:
+        signals += (config.SignalTarget(config.SignalType.LATENCY, svc.slo_ms, 99.0),)
+    return config.AutoscalingConfig(
+        min_replicas=MIN_REPLICAS,
+        max_replicas=MAX_REPLICAS,
+        signals=signals,
+        cold_start_s=svc.cold_start_s,
+        threads_per_replica=svc.threads_per_replica,
+    )
+
+
+def kpa_config(svc: model.ServiceModel) -> config.AutoscalingConfig:
+    return config.AutoscalingConfig(
+        min_replicas=MIN_REPLICAS,
+        max_replicas=MAX_REPLICAS,
+        signals=(
+            config.SignalTarget(config.SignalType.CONCURRENCY, float(svc.threads_per_replica)),
+        ),
+    )
+
+
+PolicyFactory = Callable[[traces.Trace], Policy]
+
+
+def policies(svc: model.ServiceModel, names: list[str] | None = None) -> dict[str, PolicyFactory]:
+    """Factories for the named policies (default: all four), in a stable order."""
+    cfg = autoscaling_config(svc)
+    cpu_only = autoscaling_config(svc, latency=False)
+    factories: dict[str, PolicyFactory] = {
+        "servectl": lambda _trace: registry.build("servectl", cfg),
+        "hpa": lambda _trace: registry.build("hpa", cpu_only),
+        "kpa": lambda _trace: registry.build("kpa", kpa_config(svc)),
+        "oracle": lambda trace: oracle.OraclePolicy(trace, svc),
+    }
+    if names is None:
+        return factories
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise ValueError(
+            f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}"
+        )
+    return {n: factories[n] for n in names}
