@@ -4,21 +4,41 @@ This is the arithmetic of ``normalizeDesiredReplicasWithBehaviors`` in
 kubernetes/pkg/controller/podautoscaler/horizontal.go, shared by the ``hpa`` baseline
 and servectl's own rails:
 
-1. Stabilization. Every tick's raw recommendation is remembered with its time. The
-   scale-up recommendation is the *minimum* over the scale-up window, the scale-down
-   recommendation the *maximum* over the scale-down window (both including the
-   current one); the result is the current count clamped into [up, down]
-   (``stabilizeRecommendationWithBehaviors``).
-2. Rate policies. Over each policy's ``period_s`` the pods already added (removed) are
-   subtracted from the budget: the period's start count is ``current - added +
-   removed``; a Pods policy allows ``start + value``, a Percent policy
-   ``ceil(start * (1 + value/100))`` (up) or ``floor(start * (1 - value/100))`` (down);
+1. Stabilization (``stabilizeRecommendationWithBehaviors``). Every tick's raw
+   recommendation is remembered with its time. The scale-up bound is the *minimum*
+   over the scale-up window, the scale-down bound the *maximum* over the scale-down
+   window (both including this tick's recommendation; a window keeps what is strictly
+   newer than ``now - window``); the result is the current count clamped into
+   [up bound, down bound].
+2. Rate policies (``convertDesiredReplicasWithBehaviorRate``). Over each policy's
+   ``period_s`` the pods already added (removed) are taken back out of the budget: the
+   period's start count is ``current - added + removed`` (``getReplicasChangePerPeriod``,
+   events strictly newer than ``now - period``). A Pods policy allows ``start + value``
+   up or ``start - value`` down; a Percent policy ``ceil(start * (1 + value/100))`` up
+   or ``int(start * (1 - value/100))`` down (truncated, like Go's ``int32()``).
    ``select: Max`` takes the policy allowing the most change, ``Min`` the least,
-   ``Disabled`` forbids the direction.
-3. Min/max bounds.
+   ``Disabled`` forbids the direction (``calculateScaleUpLimitWithScalingRules``,
+   ``calculateScaleDownLimitWithBehaviors``). A limit never moves against the
+   direction of the change (an "up" limit below ``current`` means "hold").
+3. Min/max bounds; when both a rate limit and a bound bind, the reason is the one
+   Kubernetes reports: the rate limit only if it is strictly tighter than the bound.
 
 Worked example (defaults, scale up): current 3, no events in 15 s, desired 20 ->
 Percent allows ceil(3*2)=6, Pods allows 3+4=7, select Max -> 7.
+
+What stays with the caller (it is controller logic in ``reconcileAutoscaler``):
+seeding the history with the current count the first time an HPA is seen
+(``recordInitialRecommendation``), and handling a current count outside [min, max]
+*before* normalizing (Kubernetes jumps straight to the bound, records a scale event
+and no recommendation). ``hpa.py`` does both; ``normalize`` still clamps to the bounds
+at the end so other callers are safe, a no-op whenever current is within bounds.
+
+Scale-event storage: Kubernetes keeps scale-up and scale-down events in two lists and,
+when it stores an event, reuses the slot of one event older than the longest policy
+period *of that direction*. We keep every event while any policy period can still see
+it. The two agree whenever a reused slot could not have been seen any more, which
+always holds when the longest scale-up and scale-down periods are equal (the defaults:
+15 s and 15 s); see docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -107,7 +127,10 @@ def _changes_in_period(
 def scale_up_limit(
     current: int, now: float, rules: config.ScalingRules, events: Iterable[tuple[float, int]]
 ) -> int:
-    """Largest count the scale-up policies allow now (``calculateScaleUpLimitWithScalingRules``)."""
+    """Largest count the scale-up policies allow now.
+
+    ``calculateScaleUpLimitWithScalingRules`` in horizontal.go.
+    """
     if rules.select is config.SelectPolicy.DISABLED:
         return current
     events = tuple(events)
@@ -127,7 +150,10 @@ def scale_up_limit(
 def scale_down_limit(
     current: int, now: float, rules: config.ScalingRules, events: Iterable[tuple[float, int]]
 ) -> int:
-    """Smallest count the scale-down policies allow now (``calculateScaleDownLimitWithBehaviors``)."""
+    """Smallest count the scale-down policies allow now.
+
+    ``calculateScaleDownLimitWithBehaviors`` in horizontal.go.
+    """
     if rules.select is config.SelectPolicy.DISABLED:
         return current
     events = tuple(events)
@@ -138,7 +164,8 @@ def scale_down_limit(
         if policy.type is config.RateType.PODS:
             proposals.append(start - policy.value)
         else:
-            proposals.append(math.floor(start * (1 - policy.value / 100)))
+            # int32(float64(start) * (1 - value/100)): truncation toward zero, not floor.
+            proposals.append(int(start * (1 - policy.value / 100)))
     if not proposals:
         return current
     return min(proposals) if rules.select is config.SelectPolicy.MAX else max(proposals)
@@ -165,19 +192,27 @@ def normalize(
     result = stabilized
     if result > current:
         limit = max(current, scale_up_limit(current, now, behavior.scale_up, state.scale_events))
-        if result > limit:
-            result, reason = limit, Reason.RATE_LIMITED_UP
-        if result > max_replicas:
-            result, reason = max_replicas, Reason.AT_MAX
+        # Kubernetes reports ScaleUpLimit only when the rate limit is below maxReplicas.
+        allowed, limited_by = (
+            (limit, Reason.RATE_LIMITED_UP)
+            if limit < max_replicas
+            else (max_replicas, Reason.AT_MAX)
+        )
+        if result > allowed:
+            result, reason = allowed, limited_by
     elif result < current:
         limit = min(
             current, scale_down_limit(current, now, behavior.scale_down, state.scale_events)
         )
-        if result < limit:
-            result, reason = limit, Reason.RATE_LIMITED_DOWN
-        if result < min_replicas:
-            result, reason = min_replicas, Reason.AT_MIN
-    # Outside [min, max] whatever the direction (HPA does this before normalizing).
+        allowed, limited_by = (
+            (limit, Reason.RATE_LIMITED_DOWN)
+            if limit > min_replicas
+            else (min_replicas, Reason.AT_MIN)
+        )
+        if result < allowed:
+            result, reason = allowed, limited_by
+    # Only reachable with current outside [min, max]: Kubernetes never normalizes then
+    # (hpa.py jumps to the bound first), other callers still get a count within bounds.
     if result < min_replicas:
         result, reason = min_replicas, Reason.AT_MIN
     elif result > max_replicas:
@@ -190,7 +225,7 @@ def normalize(
         _max_period(behavior.scale_down),
     )
     keep_after = now - horizon
-    recs = tuple(r for r in state.recommendations if r[0] > keep_after) + ((now, desired),)
+    recs = (*(r for r in state.recommendations if r[0] > keep_after), (now, desired))
     events = tuple(e for e in state.scale_events if e[0] > keep_after)
     if result != current:
         events += ((now, result - current),)

@@ -39,6 +39,8 @@ QUANTILE_HALF_LIFE_S = 60.0
 #: Windows for the load trend: both must rise for a trend to count (noise rejection).
 TREND_SHORT_S = 30.0
 TREND_LONG_S = 60.0
+#: CPU usage above this share of the ready capacity means saturated replicas.
+SATURATED = 0.9
 #: Fewest requests in the latency window for an observed percentile to teach anything.
 MIN_LATENCY_SAMPLES = 200.0
 
@@ -100,7 +102,11 @@ class EnginePolicy:
         usage = sig.cpu_usage_cores
         if usage is None and sig.cpu_utilization is not None and snap.replicas.ready > 0:
             usage = sig.cpu_utilization / 100.0 * snap.replicas.ready * request_cores
-        if usage is not None and sig.rps is not None and sig.rps > 1.0:
+        capacity = snap.replicas.ready * request_cores
+        saturated = usage is not None and usage >= SATURATED * capacity
+        if usage is not None and sig.rps is not None and sig.rps > 1.0 and not saturated:
+            # Saturated replicas cap CPU at capacity while requests keep arriving: usage per
+            # request would then under-state the cost, so only learn from unsaturated ticks.
             service_s = windows.ewma(service_s, usage / sig.rps, dt, SERVICE_HALF_LIFE_S)
         elif service_s is None and sig.concurrency is not None and sig.rps and sig.rps > 1.0:
             # Little's law (includes queueing: an over-estimate, replaced once CPU shows up).
@@ -210,6 +216,9 @@ class EnginePolicy:
             desired, reason, detail, new_state = self._run_custom(
                 snap, recommended, reason, detail, new_state
             )
+        if in_panic and desired < current:
+            desired, reason = current, Reason.PANIC
+            detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
 
         norm = behavior.normalize(
             desired,
@@ -231,9 +240,6 @@ class EnginePolicy:
                 events += ((now, result - current),)
             norm = behavior.Normalized(result, None, behavior.BehaviorState(
                 norm.state.recommendations, events))
-        if in_panic and result < current:
-            result, norm = current, behavior.Normalized(current, Reason.PANIC, norm.state)
-            detail = f"in panic until t={panic_until:.0f}: no scale-down"
         if norm.reason is not None and result != desired:
             reason = norm.reason
             detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
@@ -286,7 +292,7 @@ class EnginePolicy:
                 state,
             )
         why = out.reason or f"policy {self.custom.name}"
-        new_state = {**state, "policy": out.state} if out.state else state
+        new_state = {**state, "policy": out.state}
         if out.replicas == recommended:
             return recommended, reason, f"{detail}; policy {self.custom.name} agreed", new_state
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -294,11 +295,6 @@ def policy_eval(
     """
     from servectl.autoscaling import registry, snapshot
 
-    cfg, custom = _policy_config(spec, cel, policy_file, _parse_params(param or []))
-    try:
-        chosen = registry.build(policy, cfg, custom)
-    except (registry.UnknownPolicyError, ValueError) as exc:
-        raise fail(f"--policy: {exc}") from exc
     docs = _read_json_documents(snapshot_file)
     snaps = []
     for i, doc in enumerate(docs):
@@ -307,6 +303,15 @@ def policy_eval(
         except snapshot.SnapshotError as exc:
             where = f"{snapshot_file}" + (f" (snapshot {i})" if len(docs) > 1 else "")
             raise fail(f"{where}: {exc}") from exc
+    cfg, custom = _policy_config(spec, cel, policy_file, _parse_params(param or []))
+    if spec is None:
+        # Without a spec, the snapshot's bounds are the policy's bounds.
+        first = snaps[0].replicas
+        cfg = dataclasses.replace(cfg, min_replicas=first.min, max_replicas=first.max)
+    try:
+        chosen = registry.build(policy, cfg, custom)
+    except (registry.UnknownPolicyError, ValueError) as exc:
+        raise fail(f"--policy: {exc}") from exc
     state = json.loads(state_file.read_text()) if state_file else None
     steps = registry.replay(chosen, snaps, state)
     for step in steps:

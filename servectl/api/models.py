@@ -1,0 +1,1134 @@
+"""The resource model: ``ModelService`` and ``ScalingPolicy`` as pydantic v2 models.
+
+These classes are the single source of truth for the user-facing documents: the CRDs
+in ``deploy/crds/`` are generated from their JSON schema (``servectl.api.crd``), the
+field reference in docs/resource-model.md is generated from the same schema, and the
+pure engine receives ``AutoscalingSpec.to_config()``, never these models.
+
+Documents use camelCase names (``minReplicas``); Python code may use the snake_case
+field names. Unknown fields are rejected so a typo such as ``targetUtilisation`` fails
+loudly instead of silently falling back to a default.
+
+Cross-field rules raise ``PydanticCustomError`` carrying ``field`` (a loc relative to the
+model that raised it) and ``fix`` in the error context; ``servectl.api.validation`` turns
+those into ``SpecError`` issues with exact paths. Load documents through
+``servectl.api.validation``, which also compiles CEL policies.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from servectl.autoscaling import config
+
+GROUP = "servectl.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# ----------------------------------------------------------------------------- scalars
+
+# Strict numbers: the API server types these fields as integer/number, so the string
+# "3" or the boolean true must fail here too, or `servectl deploy` would accept a file
+# that `kubectl apply` rejects.
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]  # strict float still takes integers
+Bool = Annotated[bool, Strict()]
+
+# Kubernetes names. A ModelService name must be a DNS-1035 label because it names the
+# per-revision Services; the shorter limit leaves room for the "-v<version>" suffix of
+# each revision (a 10-digit timestamp version included) within the 63-character limit.
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MODEL_SERVICE_NAME_MAX = 50
+TF_MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NO_WHITESPACE = r"^\S+$"
+# Go-style durations as Argo and Kubernetes write them: "30s", "5m", "1h30m", "250ms".
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+HTTP_HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
+CEL_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# A non-negative Kubernetes resource quantity ("2", "500m", "4Gi", "1.5", "1e3").
+QUANTITY = (
+    r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    r"([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+
+_QUANTITY_RE = re.compile(QUANTITY)
+_DURATION_PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_SUFFIX_FACTORS: dict[str, Decimal] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_DURATION_FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_quantity(quantity: int | str) -> Decimal:
+    """The value of a Kubernetes quantity: "500m" -> 0.5, "4Gi" -> 4294967296."""
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    match = _QUANTITY_RE.match(quantity)
+    if match is None:
+        raise ValueError(f"not a quantity: {quantity!r}")
+    number, suffix = match.group(1), match.group(3) or ""
+    if suffix[:1] in ("e", "E"):
+        return Decimal(number + suffix)
+    return Decimal(number) * _SUFFIX_FACTORS[suffix]
+
+
+def parse_duration(duration: str) -> float:
+    """Seconds in a Go-style duration: "30s" -> 30.0, "1h30m" -> 5400.0."""
+    if re.fullmatch(DURATION, duration) is None:
+        raise ValueError(f"not a duration: {duration!r}")
+    return sum(
+        float(amount) * _DURATION_FACTORS[unit]
+        for amount, unit in _DURATION_PART_RE.findall(duration)
+    )
+
+
+def _check_quantity(value: object) -> object:
+    # Runs before the int | str union so every bad quantity gets one clear error
+    # instead of one per union member.
+    example = 'e.g. "2", "500m" or "4Gi"'
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise PydanticCustomError(
+            "quantity",
+            "expected a resource quantity, got {got}",
+            {"got": repr(value), "fix": f"write a quantity, {example}"},
+        )
+    if isinstance(value, float):
+        if value.is_integer() and value >= 0:
+            return int(value)
+        # The CRD types quantities as int-or-string (as Kubernetes does), so a bare
+        # 0.5 would be refused by the API server; refuse it here as well.
+        raise PydanticCustomError(
+            "quantity",
+            "a fractional quantity must be a string, got {got}",
+            {"got": repr(value), "fix": f'quote it ("{value:g}") or use millicores, {example}'},
+        )
+    if isinstance(value, int):
+        if value < 0:
+            raise PydanticCustomError(
+                "quantity",
+                "a quantity cannot be negative, got {got}",
+                {"got": str(value), "fix": f"use a positive quantity, {example}"},
+            )
+        return value
+    if _QUANTITY_RE.match(value) is None:
+        raise PydanticCustomError(
+            "quantity",
+            "not a Kubernetes quantity: {got}",
+            {"got": repr(value), "fix": f"use a number with an optional suffix, {example}"},
+        )
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    BeforeValidator(_check_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+
+
+def cel_rules(*rules: tuple[str, str]) -> ConfigDict:
+    """Repeat a model's cross-field rules as CRD ``x-kubernetes-validations``.
+
+    Each rule is (CEL expression over ``self``, message). The API server then refuses
+    what ``servectl.api.validation`` refuses, for ``kubectl apply`` users too;
+    tests/unit/api/test_crd_rules.py checks the two agree.
+    """
+    return ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": rule, "message": message} for rule, message in rules
+            ]
+        }
+    )
+
+
+def spec_error(message: str, *, field: tuple[str | int, ...] = (), fix: str) -> PydanticCustomError:
+    """A cross-field error that ``validation`` renders at ``<model's path>.<field>``."""
+    return PydanticCustomError(
+        "spec", "{message}", {"message": message, "field": field, "fix": fix}
+    )
+
+
+# ----------------------------------------------------------------------------- bases
+
+
+class SpecModel(BaseModel):
+    """Base of everything a user writes: camelCase, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+    )
+
+
+class StatusModel(BaseModel):
+    """Base of status: written by the controller, read by the CLI.
+
+    Unknown fields are ignored, not rejected, so an older CLI can still read the status
+    a newer controller wrote.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
+        allow_inf_nan=False,
+    )
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+class ObjectMeta(SpecModel):
+    """The subset of Kubernetes ObjectMeta servectl reads; server-set fields round-trip."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Object name, unique in its namespace.",
+        examples=["resnet"],
+    )
+    namespace: str = Field(default="default", min_length=1, max_length=63, pattern=DNS1123_LABEL)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    # Set by the API server. Declared so objects read back from a cluster validate,
+    # while a misspelled field a user writes is still rejected.
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: Int | None = None
+    creation_timestamp: AwareDatetime | None = None
+    deletion_timestamp: AwareDatetime | None = None
+    generate_name: str | None = None
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[dict[str, Any]] = Field(default_factory=list)
+    managed_fields: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ModelServiceMeta(ObjectMeta):
+    """ObjectMeta whose name can also name the per-revision Services and Deployments."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=MODEL_SERVICE_NAME_MAX,
+        pattern=DNS1035_LABEL,
+        description="Object name; prefixes each revision's Deployment and Service.",
+        examples=["resnet"],
+    )
+
+
+# ----------------------------------------------------------------------------- spec.model
+
+
+class ModelRef(SpecModel):
+    """Which exported TensorFlow model to serve (TF Serving layout)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=TF_MODEL_NAME,
+        description="Model name as TF Serving exposes it (/v1/models/<name>).",
+        examples=["resnet"],
+    )
+    base_path: str = Field(
+        min_length=1,
+        pattern=NO_WHITESPACE,
+        description="Directory holding one numbered subdirectory per version "
+        "(<basePath>/<version>/saved_model.pb); s3://, gs://, or a local path.",
+        examples=["s3://models/resnet"],
+    )
+    version: Int | None = Field(
+        default=None,
+        ge=0,
+        description="Version to serve; omitted means the latest version under basePath.",
+        examples=[3],
+    )
+
+
+# ----------------------------------------------------------------------------- spec.runtime
+
+
+class Resources(SpecModel):
+    """Per-replica resource requests (the denominators of utilization signals)."""
+
+    cpu: Quantity = Field(
+        default="1", description='CPU request per replica, e.g. "2" or "500m".', examples=["2"]
+    )
+    memory: Quantity = Field(
+        default="2Gi", description="Memory request per replica, e.g. 4Gi.", examples=["4Gi"]
+    )
+    gpu: Int = Field(default=0, ge=0, description="Whole GPUs per replica.")
+
+    @model_validator(mode="after")
+    def _positive_requests(self) -> Self:
+        # CPU utilization is usage over request: a zero request makes it undefined.
+        for name in ("cpu", "memory"):
+            if parse_quantity(getattr(self, name)) <= 0:
+                raise spec_error(
+                    f"{name} request must be greater than zero",
+                    field=(name,),
+                    fix='set a positive quantity, e.g. cpu: "1", memory: 2Gi',
+                )
+        return self
+
+    def cpu_cores(self) -> float:
+        """The CPU request in cores ("500m" -> 0.5)."""
+        return float(parse_quantity(self.cpu))
+
+    def memory_bytes(self) -> int:
+        """The memory request in bytes ("4Gi" -> 4294967296)."""
+        return int(parse_quantity(self.memory))
+
+
+class Batching(SpecModel):
+    """TF Serving server-side batching (--enable_batching)."""
+
+    max_batch_size: Int = Field(ge=1, description="Largest batch TF Serving forms.", examples=[32])
+    batch_timeout_micros: Int = Field(
+        ge=0, description="How long a batch waits to fill, in microseconds.", examples=[2000]
+    )
+
+
+class RuntimeSpec(SpecModel):
+    """How each replica runs."""
+
+    image: str = Field(
+        default="tensorflow/serving:2.19.0",
+        min_length=1,
+        pattern=NO_WHITESPACE,
+        description="Model server image (in the cluster).",
+    )
+    resources: Resources = Field(default_factory=Resources, description="Requests per replica.")
+    batching: Batching | None = Field(default=None, description="Omitted: batching off.")
+
+
+# ----------------------------------------------------------------------------- spec.autoscaling
+
+# The target field each signal type carries (and no other).
+SIGNAL_TARGET_FIELDS: Mapping[config.SignalType, str] = {
+    config.SignalType.CPU: "targetUtilization",
+    config.SignalType.GPU: "targetDutyCycle",
+    config.SignalType.LATENCY: "targetMs",
+    config.SignalType.RPS: "targetPerReplica",
+    config.SignalType.CONCURRENCY: "targetPerReplica",
+}
+_SIGNAL_EXAMPLES: Mapping[config.SignalType, str] = {
+    config.SignalType.CPU: "{type: cpu, targetUtilization: 70}",
+    config.SignalType.GPU: "{type: gpu, targetDutyCycle: 80}",
+    config.SignalType.LATENCY: "{type: latency, percentile: 99, targetMs: 150}",
+    config.SignalType.RPS: "{type: rps, targetPerReplica: 400}",
+    config.SignalType.CONCURRENCY: "{type: concurrency, targetPerReplica: 8}",
+}
+
+
+class Signal(SpecModel):
+    """One scaling signal; each type takes exactly its own target field."""
+
+    model_config = cel_rules(
+        ("has(self.targetUtilization) == (self.type == 'cpu')", "targetUtilization is for cpu"),
+        ("has(self.targetDutyCycle) == (self.type == 'gpu')", "targetDutyCycle is for gpu"),
+        ("has(self.targetMs) == (self.type == 'latency')", "targetMs is for latency"),
+        ("!has(self.percentile) || self.type == 'latency'", "percentile is for latency"),
+        (
+            "has(self.targetPerReplica) == (self.type == 'rps' || self.type == 'concurrency')",
+            "targetPerReplica is for rps and concurrency",
+        ),
+    )
+
+    type: config.SignalType = Field(description="cpu, gpu, latency, rps or concurrency.")
+    target_utilization: Number | None = Field(
+        default=None, gt=0, description="cpu: target percent of the CPU request (may exceed 100)."
+    )
+    target_duty_cycle: Number | None = Field(
+        default=None, gt=0, le=100, description="gpu: target GPU duty cycle percent."
+    )
+    percentile: Number | None = Field(
+        default=None,
+        gt=0,
+        lt=100,
+        description="latency: which percentile to hold under targetMs (default 99).",
+    )
+    target_ms: Number | None = Field(
+        default=None, gt=0, description="latency: target latency at the percentile, in ms."
+    )
+    target_per_replica: Number | None = Field(
+        default=None, gt=0, description="rps, concurrency: target load per replica."
+    )
+
+    @model_validator(mode="after")
+    def _own_target_only(self) -> Self:
+        own = SIGNAL_TARGET_FIELDS[self.type]
+        allowed = {own, "percentile"} if self.type is config.SignalType.LATENCY else {own}
+        example = _SIGNAL_EXAMPLES[self.type]
+        for name, info in type(self).model_fields.items():
+            alias = info.alias or name
+            if alias in allowed or alias == "type" or getattr(self, name) is None:
+                continue
+            raise spec_error(
+                f"{alias} does not apply to a {self.type.value} signal",
+                field=(alias,),
+                fix=f"remove {alias}; a {self.type.value} signal is {example}",
+            )
+        if getattr(self, to_snake(own)) is None:
+            raise spec_error(
+                f"a {self.type.value} signal needs {own}",
+                field=(own,),
+                fix=f"add {own}, e.g. {example}",
+            )
+        return self
+
+    def to_target(self) -> config.SignalTarget:
+        """The engine's form of this signal."""
+        target = getattr(self, to_snake(SIGNAL_TARGET_FIELDS[self.type]))
+        assert target is not None  # guaranteed by _own_target_only
+        if self.type is config.SignalType.LATENCY and self.percentile is not None:
+            return config.SignalTarget(self.type, float(target), float(self.percentile))
+        return config.SignalTarget(self.type, float(target))
+
+
+def describe_rules(rules: config.ScalingRules) -> str:
+    """A one-line summary of scaling rules: "120 s window, max(50 % / 30 s)"."""
+    window = f"{rules.stabilization_s:g} s window" if rules.stabilization_s else "no window"
+    if rules.select is config.SelectPolicy.DISABLED:
+        return f"{window}, disabled"
+    limits = ", ".join(
+        f"{p.value}{' %' if p.type is config.RateType.PERCENT else ' pods'} / {p.period_s:g} s"
+        for p in rules.policies
+    )
+    return f"{window}, {rules.select.value.lower()}({limits})"
+
+
+def to_snake(camel: str) -> str:
+    """targetMs -> target_ms (the inverse of the alias generator for our names)."""
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+
+
+class PolicySpec(SpecModel):
+    """A custom CEL policy: inline (cel) or a ScalingPolicy by name (ref)."""
+
+    model_config = cel_rules(("has(self.cel) != has(self.ref)", "set exactly one of cel or ref"))
+
+    cel: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Inline CEL expression returning replicas or {replicas, reason}.",
+    )
+    ref: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Name of a ScalingPolicy in the same namespace.",
+        examples=["business-hours"],
+    )
+    params: dict[Annotated[str, Field(pattern=CEL_IDENTIFIER)], Number] = Field(
+        default_factory=dict,
+        description="Values for params.* in the expression; override the ScalingPolicy's.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.cel is None) == (self.ref is None):
+            both = self.cel is not None
+            raise spec_error(
+                "set exactly one of cel or ref" + (", not both" if both else ""),
+                field=("ref",) if both else (),
+                fix="either {cel: '<expression>'} or {ref: <ScalingPolicy name>}",
+            )
+        return self
+
+
+class RatePolicySpec(SpecModel):
+    """At most ``value`` pods (or percent) of change per ``periodSeconds``."""
+
+    type: config.RateType = Field(description="Pods or Percent.")
+    value: Int = Field(gt=0, description="Pods, or percent of the current count.")
+    period_seconds: Int = Field(ge=1, le=1800, description="Window the value applies to.")
+
+    def to_config(self) -> config.RatePolicy:
+        return config.RatePolicy(self.type, self.value, float(self.period_seconds))
+
+
+class ScalingRulesSpec(SpecModel):
+    """One direction of HPA-style behavior; omitted fields keep servectl's defaults."""
+
+    stabilization_seconds: Int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="Window whose most conservative recommendation is applied.",
+    )
+    select_policy: config.SelectPolicy | None = Field(
+        default=None, description="Max, Min or Disabled (no scaling in this direction)."
+    )
+    policies: list[RatePolicySpec] | None = Field(
+        default=None, min_length=1, description="Rate limits; selectPolicy picks among them."
+    )
+
+    def to_config(self, defaults: config.ScalingRules) -> config.ScalingRules:
+        """These rules, with each omitted field taken from ``defaults``."""
+        return config.ScalingRules(
+            stabilization_s=(
+                defaults.stabilization_s
+                if self.stabilization_seconds is None
+                else float(self.stabilization_seconds)
+            ),
+            policies=(
+                defaults.policies
+                if self.policies is None
+                else tuple(p.to_config() for p in self.policies)
+            ),
+            select=defaults.select if self.select_policy is None else self.select_policy,
+        )
+
+
+class BehaviorSpec(SpecModel):
+    """Stabilization and rate limits per direction (Kubernetes HPA v2 semantics)."""
+
+    scale_up: ScalingRulesSpec | None = Field(
+        default=None,
+        description=f"Omitted: {describe_rules(config.servectl_default_behavior().scale_up)}.",
+    )
+    scale_down: ScalingRulesSpec | None = Field(
+        default=None,
+        description=f"Omitted: {describe_rules(config.servectl_default_behavior().scale_down)}.",
+    )
+
+    def to_config(self) -> config.Behavior:
+        defaults = config.servectl_default_behavior()
+        return config.Behavior(
+            scale_up=(
+                defaults.scale_up
+                if self.scale_up is None
+                else self.scale_up.to_config(defaults.scale_up)
+            ),
+            scale_down=(
+                defaults.scale_down
+                if self.scale_down is None
+                else self.scale_down.to_config(defaults.scale_down)
+            ),
+        )
+
+
+class UnknownPolicyError(LookupError):
+    """``policy.ref`` names a ScalingPolicy that is not in the library given."""
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """The CEL policy a ModelService runs, wherever it was written."""
+
+    name: str  # the ScalingPolicy's name, or "inline"
+    cel: str
+    params: Mapping[str, float]
+    ref: str | None = None  # the ScalingPolicy name when referenced
+
+
+_SIGNAL_DEFAULTS_TEXT = [
+    f"{target.type.value} at {target.target:g}" for target in config.AutoscalingConfig.signals
+]
+
+
+def _default_signals() -> list[Signal]:
+    return [
+        Signal(type=target.type, **{to_snake(SIGNAL_TARGET_FIELDS[target.type]): target.target})
+        for target in config.AutoscalingConfig.signals
+    ]
+
+
+class AutoscalingSpec(SpecModel):
+    """How many replicas to run, decided from signals and an optional CEL policy."""
+
+    model_config = cel_rules(
+        (
+            "!has(self.minReplicas) || !has(self.maxReplicas)"
+            " || self.minReplicas <= self.maxReplicas",
+            "minReplicas must not exceed maxReplicas",
+        )
+    )
+
+    # Defaults come from the engine's config so the two cannot disagree.
+    # minReplicas >= 1: a TF Serving replica takes tens of seconds to load a model, and
+    # with zero replicas no latency/CPU signal exists to wake the service.
+    min_replicas: Int = Field(
+        default=config.AutoscalingConfig.min_replicas, ge=1, description="Fewest replicas."
+    )
+    max_replicas: Int = Field(
+        default=config.AutoscalingConfig.max_replicas, ge=1, description="Most replicas."
+    )
+    mode: config.Mode = Field(
+        default=config.AutoscalingConfig.mode,
+        description="active applies decisions; recommend only records them in status.",
+    )
+    signals: list[Signal] = Field(
+        default_factory=_default_signals,
+        min_length=1,
+        max_length=len(config.SignalType),  # one per type
+        description="Each signal proposes a replica count; the largest wins. Omitted: "
+        + ", ".join(_SIGNAL_DEFAULTS_TEXT)
+        + ".",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    policy: PolicySpec | None = Field(default=None, description="Optional custom CEL policy.")
+    behavior: BehaviorSpec | None = Field(
+        default=None, description="Omitted: servectl's defaults (fast up, cautious down)."
+    )
+    cold_start_seconds: Number | None = Field(
+        default=None,
+        ge=0,
+        description="Time for a new replica to become ready (engine default "
+        f"{config.AutoscalingConfig.cold_start_s:g}s).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        low, high = self.min_replicas, self.max_replicas
+        if low > high:
+            raise spec_error(
+                f"minReplicas ({low}) is greater than maxReplicas ({high})",
+                field=("minReplicas",),
+                fix=f"set minReplicas <= maxReplicas (now {low} > {high})",
+            )
+        seen: dict[config.SignalType, int] = {}
+        for index, signal in enumerate(self.signals):
+            if signal.type in seen:
+                raise spec_error(
+                    f"duplicate {signal.type.value} signal (also signals[{seen[signal.type]}])",
+                    field=("signals", index, "type"),
+                    fix=f"keep one {signal.type.value} signal; combine other conditions "
+                    "in a CEL policy",
+                )
+            seen[signal.type] = index
+        return self
+
+    def to_config(self) -> config.AutoscalingConfig:
+        """The engine's configuration; fields the spec cannot set keep engine defaults."""
+        return config.AutoscalingConfig(
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            signals=tuple(signal.to_target() for signal in self.signals),
+            mode=self.mode,
+            behavior=(
+                config.servectl_default_behavior()
+                if self.behavior is None
+                else self.behavior.to_config()
+            ),
+            cold_start_s=(
+                config.AutoscalingConfig.cold_start_s
+                if self.cold_start_seconds is None
+                else float(self.cold_start_seconds)
+            ),
+        )
+
+    @property
+    def inline_cel(self) -> str | None:
+        """The inline CEL expression, if the policy is written in place."""
+        return None if self.policy is None else self.policy.cel
+
+    @property
+    def policy_ref(self) -> str | None:
+        """The referenced ScalingPolicy name, if any."""
+        return None if self.policy is None else self.policy.ref
+
+    def resolve_policy(self, library: Mapping[str, ScalingPolicy]) -> ResolvedPolicy | None:
+        """The CEL policy to run, looking ``ref`` up in ``library`` (by name).
+
+        Params: the ScalingPolicy's, overridden by ``policy.params``. Raises
+        UnknownPolicyError when ``ref`` is not in ``library``.
+        """
+        if self.policy is None:
+            return None
+        if self.policy.cel is not None:
+            return ResolvedPolicy(
+                name="inline", cel=self.policy.cel, params=dict(self.policy.params)
+            )
+        assert self.policy.ref is not None  # exactly one of cel/ref is set
+        found = library.get(self.policy.ref)
+        if found is None:
+            known = ", ".join(sorted(library)) or "none"
+            raise UnknownPolicyError(
+                f"ScalingPolicy {self.policy.ref!r} not found (known: {known})"
+            )
+        return ResolvedPolicy(
+            name=self.policy.ref,
+            cel=found.spec.cel,
+            params={**found.spec.params, **self.policy.params},
+            ref=self.policy.ref,
+        )
+
+
+# ----------------------------------------------------------------------------- spec.rollout
+# Shape only: the rollout state machine (a later issue) gives these their meaning.
+
+
+class RolloutStrategy(enum.StrEnum):
+    CANARY = "canary"  # shift weight step by step, analysing each step
+    AB_TEST = "abTest"  # route matching requests to the new revision
+    BLUE_GREEN = "blueGreen"  # bring the new revision to full size, then switch at once
+
+
+class PauseStep(SpecModel):
+    """Hold the current weights."""
+
+    seconds: Int | None = Field(
+        default=None, ge=0, description="Omitted: until `servectl rollout resume`."
+    )
+
+
+class SetCanaryScale(SpecModel):
+    """Size the canary independently of its traffic weight (exactly one field)."""
+
+    model_config = cel_rules(
+        (
+            "[has(self.replicas), has(self.weight), has(self.matchTrafficWeight)]"
+            ".filter(x, x).size() == 1",
+            "set exactly one of replicas, weight, matchTrafficWeight",
+        )
+    )
+
+    replicas: Int | None = Field(default=None, ge=0, description="Exactly this many replicas.")
+    weight: Int | None = Field(default=None, ge=0, le=100, description="Size as if at this weight.")
+    match_traffic_weight: Bool | None = Field(default=None, description="Back to weight-sized.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        given = [
+            f
+            for f in ("replicas", "weight", "match_traffic_weight")
+            if getattr(self, f) is not None
+        ]
+        if len(given) != 1:
+            raise spec_error(
+                "setCanaryScale takes exactly one of replicas, weight, matchTrafficWeight",
+                fix="e.g. {setCanaryScale: {replicas: 2}}",
+            )
+        return self
+
+
+class AnalysisCheck(SpecModel):
+    """One pass/fail rule on a canary metric; at least one bound."""
+
+    model_config = cel_rules(
+        (
+            "has(self.max) || has(self.min) || has(self.maxRatioToStable)"
+            " || has(self.minRatioToStable)",
+            "a check needs max, min, maxRatioToStable or minRatioToStable",
+        )
+    )
+
+    metric: str = Field(
+        pattern=CEL_IDENTIFIER,
+        description="Metric name, e.g. errorRate, latencyP99.",
+        examples=["errorRate"],
+    )
+    max: Number | None = Field(default=None, description="Fail above this value.")
+    min: Number | None = Field(default=None, description="Fail below this value.")
+    max_ratio_to_stable: Number | None = Field(
+        default=None, gt=0, description="Fail above this multiple of the stable revision's value."
+    )
+    min_ratio_to_stable: Number | None = Field(
+        default=None, gt=0, description="Fail below this multiple of the stable revision's value."
+    )
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> Self:
+        bounds = (self.max, self.min, self.max_ratio_to_stable, self.min_ratio_to_stable)
+        if all(bound is None for bound in bounds):
+            raise spec_error(
+                f"check on {self.metric} has no bound",
+                field=("max",),
+                fix="add max, min, maxRatioToStable or minRatioToStable",
+            )
+        return self
+
+
+class AnalysisSpec(SpecModel):
+    """How a canary is judged against the stable revision."""
+
+    interval: str = Field(
+        default="30s", pattern=DURATION, description="How often checks are evaluated."
+    )
+    min_samples: Int = Field(
+        default=100,
+        ge=1,
+        description="Requests needed before a check can pass or fail (else Inconclusive).",
+    )
+    checks: list[AnalysisCheck] = Field(
+        default_factory=list, max_length=20, description="All must pass for a step to pass."
+    )
+
+
+class StepAnalysis(SpecModel):
+    """An analysis step; omitted fields come from rollout.analysis."""
+
+    interval: str | None = Field(default=None, pattern=DURATION, description="Overrides.")
+    min_samples: Int | None = Field(default=None, ge=1, description="Overrides.")
+    checks: list[AnalysisCheck] | None = Field(
+        default=None, max_length=20, description="Replace rollout.analysis.checks."
+    )
+
+
+class RolloutStep(SpecModel):
+    """One step of a rollout: exactly one of setWeight, pause, analysis, setCanaryScale."""
+
+    model_config = cel_rules(
+        (
+            "[has(self.setWeight), has(self.pause), has(self.analysis), has(self.setCanaryScale)]"
+            ".filter(x, x).size() == 1",
+            "a step takes exactly one of setWeight, pause, analysis, setCanaryScale",
+        )
+    )
+
+    set_weight: Int | None = Field(
+        default=None, ge=0, le=100, description="Percent of traffic to the new revision."
+    )
+    pause: PauseStep | None = Field(default=None, description="Hold the weights.")
+    analysis: StepAnalysis | None = Field(
+        default=None, description="Judge the canary; proceed on pass, abort on fail."
+    )
+    set_canary_scale: SetCanaryScale | None = Field(
+        default=None, description="Size the canary apart from its weight."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        given = [name for name in type(self).model_fields if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise spec_error(
+                "a step takes exactly one of setWeight, pause, analysis, setCanaryScale"
+                + (f" (got {len(given)})" if given else ""),
+                fix="split it into one step per action, e.g. [{setWeight: 10}, {pause: {}}]",
+            )
+        return self
+
+
+class HeaderMatch(SpecModel):
+    """Requests carrying this header value."""
+
+    name: str = Field(pattern=HTTP_HEADER_NAME, description="Header name.", examples=["x-variant"])
+    value: str = Field(description="Exact value.", examples=["b"])
+
+
+class CookieMatch(SpecModel):
+    """Requests carrying this cookie value."""
+
+    name: str = Field(
+        min_length=1, pattern=NO_WHITESPACE, description="Cookie name.", examples=["variant"]
+    )
+    value: str = Field(description="Exact value.", examples=["b"])
+
+
+class TrafficMatch(SpecModel):
+    """Which requests go to the new revision in an A/B test (exactly one)."""
+
+    model_config = cel_rules(
+        ("has(self.header) != has(self.cookie)", "set exactly one of header, cookie")
+    )
+
+    header: HeaderMatch | None = Field(default=None, description="Match on a request header.")
+    cookie: CookieMatch | None = Field(default=None, description="Match on a cookie.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.header is None) == (self.cookie is None):
+            raise spec_error(
+                "match takes exactly one of header, cookie",
+                fix="e.g. {header: {name: x-model-variant, value: b}}",
+            )
+        return self
+
+
+class AbTestSpec(SpecModel):
+    """The A/B split: matching requests go to the new revision, the rest to stable."""
+
+    match: TrafficMatch = Field(description="Which requests see the new revision.")
+
+
+class SurgeBudget(SpecModel):
+    """Extra capacity a rollout may hold above the steady-state size."""
+
+    gpus: Int | None = Field(default=None, ge=0, description="Extra GPUs at most.")
+    replicas: Int | None = Field(default=None, ge=0, description="Extra replicas at most.")
+
+
+class RolloutSpec(SpecModel):
+    """How a new model version replaces the serving one."""
+
+    model_config = cel_rules(
+        (
+            "!has(self.strategy) || self.strategy != 'abTest' || has(self.abTest)",
+            "strategy abTest needs abTest.match",
+        )
+    )
+
+    strategy: RolloutStrategy = Field(
+        default=RolloutStrategy.CANARY, description="canary, abTest or blueGreen."
+    )
+    steps: list[RolloutStep] = Field(
+        default_factory=list, max_length=100, description="Executed in order."
+    )
+    analysis: AnalysisSpec | None = Field(default=None, description="Defaults for analysis steps.")
+    ab_test: AbTestSpec | None = Field(default=None, description="Required for strategy abTest.")
+    drain_seconds: Int = Field(
+        default=30, ge=0, description="Wait after a route change before shrinking the giver."
+    )
+    surge_budget: SurgeBudget | None = Field(
+        default=None, description="Omitted: no limit beyond maxReplicas."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.strategy is RolloutStrategy.AB_TEST and self.ab_test is None:
+            raise spec_error(
+                "strategy abTest needs abTest.match",
+                field=("abTest",),
+                fix="add abTest: {match: {header: {name: x-model-variant, value: b}}}",
+            )
+        shared_checks = bool(self.analysis and self.analysis.checks)
+        for index, step in enumerate(self.steps):
+            if step.analysis is not None and not step.analysis.checks and not shared_checks:
+                raise spec_error(
+                    "analysis step has no checks",
+                    field=("steps", index, "analysis"),
+                    fix="add rollout.analysis.checks, or checks in this step",
+                )
+        return self
+
+
+# ----------------------------------------------------------------------------- ModelService
+
+
+class ModelServiceSpec(SpecModel):
+    """What to serve, how to scale it, and how to roll out new versions."""
+
+    model_config = cel_rules(
+        (
+            "!has(self.autoscaling) || !has(self.autoscaling.signals)"
+            " || !self.autoscaling.signals.exists(s, s.type == 'gpu')"
+            " || (has(self.runtime) && has(self.runtime.resources)"
+            " && has(self.runtime.resources.gpu) && self.runtime.resources.gpu > 0)",
+            "a gpu signal needs runtime.resources.gpu >= 1",
+        )
+    )
+
+    model: ModelRef = Field(description="The model to serve.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="How replicas run.")
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec,
+        description=(
+            f"Omitted: {config.AutoscalingConfig.min_replicas}-"
+            f"{config.AutoscalingConfig.max_replicas} replicas on the default signals."
+        ),
+    )
+    rollout: RolloutSpec | None = Field(
+        default=None, description="How version changes roll out (shape only in v1alpha1)."
+    )
+
+    @model_validator(mode="after")
+    def _gpu_signal_needs_gpu(self) -> Self:
+        for index, signal in enumerate(self.autoscaling.signals):
+            if signal.type is config.SignalType.GPU and self.runtime.resources.gpu == 0:
+                raise spec_error(
+                    "a gpu signal needs replicas with a GPU",
+                    field=("autoscaling", "signals", index, "type"),
+                    fix="set runtime.resources.gpu >= 1, or use another signal type",
+                )
+        return self
+
+
+class ModelState(enum.StrEnum):
+    """TF Serving's ModelVersionStatus.State."""
+
+    UNKNOWN = "UNKNOWN"
+    START = "START"
+    LOADING = "LOADING"
+    AVAILABLE = "AVAILABLE"
+    UNLOADING = "UNLOADING"
+    END = "END"
+
+
+class RevisionStatus(StatusModel):
+    """One revision (model version) being served."""
+
+    name: str = Field(description="Revision name, <service>-v<version>.")
+    version: Int = Field(description="Model version it serves.")
+    weight: Int = Field(default=0, ge=0, le=100, description="Percent of traffic it receives.")
+    desired_replicas: Int = Field(default=0, ge=0, description="Replicas the planner asks for.")
+    ready_replicas: Int = Field(default=0, ge=0, description="Replicas serving now.")
+    model_state: ModelState = Field(
+        default=ModelState.UNKNOWN, description="TF Serving's state of the version."
+    )
+
+
+class Verdict(enum.StrEnum):
+    """An analysis verdict (Argo Rollouts' AnalysisPhase names)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCESSFUL = "Successful"
+    FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
+    ERROR = "Error"
+
+
+class AnalysisVerdict(StatusModel):
+    """The outcome of one analysis step."""
+
+    step: Int = Field(ge=0, description="Index of the analysis step.")
+    verdict: Verdict = Field(description="Pending, Running, Successful, Failed, ...")
+    message: str = Field(default="", description="Which check decided, with values.")
+    samples: Int | None = Field(default=None, ge=0, description="Requests judged.")
+    time: AwareDatetime | None = Field(default=None, description="When it was reached.")
+
+
+class RolloutStatus(StatusModel):
+    """Where the rollout stands; enough to resume after a restart."""
+
+    phase: str = Field(default="Idle", description="Rollout phase (set by the rollout engine).")
+    step: Int = Field(default=0, ge=0, description="Index of the current step.")
+    verdicts: list[AnalysisVerdict] = Field(default_factory=list, description="Per step.")
+
+
+class AutoscalingStatus(StatusModel):
+    """The last autoscaling decision and the policy's state."""
+
+    desired_replicas: Int | None = Field(default=None, ge=0, description="Total replicas wanted.")
+    decided_by: str | None = Field(default=None, description="Winning signal, or the policy.")
+    reason: str | None = Field(default=None, description="Reason code of the last decision.")
+    message: str | None = Field(default=None, description="The decision in words.")
+    last_scale_time: AwareDatetime | None = Field(
+        default=None, description="When the replica count last changed."
+    )
+    policy_state: dict[str, Any] = Field(
+        default_factory=dict, description="The policy's persisted state (free-form)."
+    )
+
+
+class ConditionType(enum.StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    SCALING_LIMITED = "ScalingLimited"
+
+
+class ConditionStatus(enum.StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(StatusModel):
+    """A Kubernetes-style condition."""
+
+    type: ConditionType = Field(description="Ready, Progressing, Degraded, MetricsAvailable, ...")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase reason code.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: AwareDatetime | None = Field(
+        default=None, description="When status last changed."
+    )
+    observed_generation: Int | None = Field(
+        default=None, description="metadata.generation the condition was computed for."
+    )
+
+
+class ModelServiceStatus(StatusModel):
+    """Observed state, written by the controller once per reconcile."""
+
+    observed_generation: Int | None = Field(
+        default=None, description="metadata.generation this status reflects."
+    )
+    revisions: list[RevisionStatus] = Field(default_factory=list, description="Stable first.")
+    rollout: RolloutStatus | None = Field(default=None, description="Rollout progress.")
+    autoscaling: AutoscalingStatus | None = Field(default=None, description="Last decision.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, MetricsAvailable, ScalingLimited.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+    def condition(self, condition_type: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type is condition_type), None)
+
+
+class ModelService(SpecModel):
+    """A TensorFlow model served, autoscaled and rolled out by servectl."""
+
+    api_version: Literal["servectl.io/v1alpha1"] = "servectl.io/v1alpha1"
+    kind: Literal["ModelService"] = "ModelService"
+    metadata: ModelServiceMeta
+    spec: ModelServiceSpec
+    status: ModelServiceStatus | None = None
+
+
+# ----------------------------------------------------------------------------- ScalingPolicy
+
+
+class ScalingPolicySpec(SpecModel):
+    """A reusable CEL policy, referenced from ModelServices by name."""
+
+    description: str = Field(min_length=1, description="What the policy does, in one line.")
+    cel: str = Field(
+        min_length=1, description="CEL expression returning replicas or {replicas, reason}."
+    )
+    params: dict[Annotated[str, Field(pattern=CEL_IDENTIFIER)], Number] = Field(
+        default_factory=dict, description="Default values for params.* in the expression."
+    )
+
+
+class ScalingPolicy(SpecModel):
+    """A named custom scaling policy."""
+
+    api_version: Literal["servectl.io/v1alpha1"] = "servectl.io/v1alpha1"
+    kind: Literal["ScalingPolicy"] = "ScalingPolicy"
+    metadata: ObjectMeta
+    spec: ScalingPolicySpec
+
+
+Resource = ModelService | ScalingPolicy
