@@ -172,7 +172,7 @@ def cel_rules(*rules: tuple[str, str]) -> ConfigDict:
 
     Each rule is (CEL expression over ``self``, message). The API server then refuses
     what ``servectl.api.validation`` refuses, for ``kubectl apply`` users too;
-    tests/unit/api/test_crd_rules.py checks the two agree.
+    tests/unit/api/test_crds.py checks the two agree.
     """
     return ConfigDict(
         json_schema_extra={

@@ -55,7 +55,8 @@ class Issue:
         return format_path(self.loc)
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message} (fix: {self.fix})"
+        # One line per issue, whatever a message quotes (CEL diagnostics can span lines).
+        return " ".join(f"{self.path}: {self.message} (fix: {self.fix})".splitlines())
 
 
 class SpecError(ValueError):

@@ -59,9 +59,7 @@ class EnginePolicy:
 
     def __init__(self, cfg: config.AutoscalingConfig, custom: CustomPolicy | None = None):
         if cfg.min_replicas > cfg.max_replicas:
-            raise ValueError(
-                f"minReplicas ({cfg.min_replicas}) > maxReplicas ({cfg.max_replicas})"
-            )
+            raise ValueError(f"minReplicas ({cfg.min_replicas}) > maxReplicas ({cfg.max_replicas})")
         self.config = cfg
         self.custom = custom
         self._latency_target = next(
@@ -87,9 +85,7 @@ class EnginePolicy:
         sig = snap.signals
         last_time = state.get("last_time")
         dt = now - last_time if isinstance(last_time, int | float) else cfg.period_s
-        rates: list[windows.Sample] = [
-            (float(t), float(v)) for t, v in state.get("rates", [])
-        ]
+        rates: list[windows.Sample] = [(float(t), float(v)) for t, v in state.get("rates", [])]
         if sig.rps is not None:
             rates.append((now, sig.rps))
         rates = windows.prune(rates, now, TREND_LONG_S)
@@ -121,14 +117,26 @@ class EnginePolicy:
                 # Before any observation: an exponential service time's quantile.
                 quantile_s = service_s * -math.log(1.0 - q)
             enough = sig.rps is not None and sig.rps * 30.0 >= MIN_LATENCY_SAMPLES
-            if observed_ms is not None and enough and snap.replicas.ready > 0:
+            # Only a steady service teaches its tail: while replicas start, while CPU is
+            # saturated or a panic drains a backlog, the observed latency is queueing the
+            # model does not see, and learning it would inflate every later decision.
+            steady = (
+                not saturated
+                and snap.replicas.ready == snap.replicas.current
+                and now >= float(state.get("panic_until", -math.inf))
+            )
+            if observed_ms is not None and enough and steady and snap.replicas.ready > 0:
                 assert sig.rps is not None
                 wait = queueing.wait_quantile_s(
                     sig.rps / snap.replicas.ready, service_s, cfg.threads_per_replica, q
                 )
                 observed = observed_ms / 1000.0
                 if math.isfinite(wait):
-                    sample = min(max(observed - wait, service_s), observed)
+                    # Whatever the M/M/c wait misses (the service tail) or over-states
+                    # (real service times vary less than exponential ones) is learnt as
+                    # one offset; it may go negative, within half the target.
+                    target_s = target.target / 1000.0
+                    sample = min(max(observed - wait, -0.5 * target_s), target_s)
                     quantile_s = windows.ewma(quantile_s, sample, dt, QUANTILE_HALF_LIFE_S)
 
         rate = sig.rps
@@ -179,6 +187,9 @@ class EnginePolicy:
                 missing.append(signals.signal_name(target))
             else:
                 proposals[prop.signal] = prop
+        backlog = self._backlog_proposal(snap, demand)
+        if backlog is not None and proposals:
+            proposals[backlog.signal] = backlog
         raw = {name: p.replicas for name, p in proposals.items()}
         panic_until = float(state.get("panic_until", -math.inf))
 
@@ -238,8 +249,9 @@ class EnginePolicy:
                 events = events[:-1]
             if result != current:
                 events += ((now, result - current),)
-            norm = behavior.Normalized(result, None, behavior.BehaviorState(
-                norm.state.recommendations, events))
+            norm = behavior.Normalized(
+                result, None, behavior.BehaviorState(norm.state.recommendations, events)
+            )
         if norm.reason is not None and result != desired:
             reason = norm.reason
             detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
@@ -267,6 +279,35 @@ class EnginePolicy:
                 proposals=raw,
             ),
             new_state,
+        )
+
+    def _backlog_proposal(self, snap: Snapshot, demand: signals.Demand) -> signals.Proposal | None:
+        """While overloaded, size for the load plus draining the queue within one cold start.
+
+        Requests that piled up while capacity was short are in ``concurrency`` beyond what
+        the load keeps in service (``rate x service time``); draining them within
+        ``cold_start_s`` takes ``queued x service time / cold_start_s`` more cores.
+        """
+        inflight = snap.signals.concurrency
+        rate, service_s = demand.projected_rate, demand.service_s
+        if inflight is None or rate is None or service_s is None or rate <= 0:
+            return None
+        capacity = snap.replicas.ready * demand.request_cores
+        if rate * service_s < capacity:
+            return None
+        queued = max(0.0, inflight - rate * service_s)
+        drain_s = max(self.config.cold_start_s, self.config.period_s)
+        cores = rate * service_s + queued * service_s / drain_s
+        utilization = next(
+            (t.target / 100.0 for t in self.config.signals if t.type is config.SignalType.CPU),
+            0.7,
+        )
+        replicas = cores / (demand.request_cores * utilization)
+        return signals.Proposal(
+            "backlog",
+            replicas,
+            f"overloaded with {queued:.0f} queued: ({rate:.0f} req/s + drain over "
+            f"{drain_s:.0f} s) x {service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}",
         )
 
     def _run_custom(

@@ -80,9 +80,7 @@ def signal_name(target: config.SignalTarget) -> str:
     return target.type.value
 
 
-def _cpu(
-    target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand
-) -> Proposal | None:
+def _cpu(target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand) -> Proposal | None:
     sig = snap.signals
     usage = sig.cpu_usage_cores
     if usage is None and sig.cpu_utilization is not None:
@@ -102,9 +100,7 @@ def _cpu(
     )
 
 
-def _gpu(
-    target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand
-) -> Proposal | None:
+def _gpu(target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand) -> Proposal | None:
     duty = snap.signals.gpu_duty_cycle
     if duty is None:
         return None
@@ -156,7 +152,7 @@ def _latency(
     target_s = target.target / 1000.0
     # A service that is itself slower than the target cannot be fixed by replicas:
     # keep a floor on the wait budget and say so.
-    budget_s = max(target_s - demand.service_quantile_s, 0.1 * target_s)
+    budget_s = min(max(target_s - demand.service_quantile_s, 0.1 * target_s), 1.5 * target_s)
     replicas = queueing.replicas_for_latency(
         demand.projected_rate,
         demand.service_s,
@@ -168,7 +164,7 @@ def _latency(
     observed = snap.signals.latency(target.percentile)
     seen = f"observed {observed:.0f} ms, " if observed is not None else ""
     detail = (
-        f"{seen}service {demand.service_s * 1000:.1f} ms (p{target.percentile:g} "
+        f"{seen}service {demand.service_s * 1000:.1f} ms (offset "
         f"{demand.service_quantile_s * 1000:.0f} ms), wait budget {budget_s * 1000:.0f} ms at "
         f"{demand.projected_rate:.1f} req/s -> {replicas}"
     )

@@ -40,7 +40,7 @@ def ewma(previous: float | None, value: float, dt_s: float, half_life_s: float) 
     """
     if previous is None or half_life_s <= 0:
         return value
-    weight = 1.0 - 0.5 ** (max(dt_s, 0.0) / half_life_s)
+    weight: float = 1.0 - 0.5 ** (max(dt_s, 0.0) / half_life_s)
     return previous + weight * (value - previous)
 
 

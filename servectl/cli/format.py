@@ -24,8 +24,15 @@ class _Scored(Protocol):
 
 
 SIMULATE_HEADER = [
-    "policy", "", "SLO met", "replica·s", "vs " + "subject", "scale actions", "reversals",
-    "recovery", "failed",
+    "policy",
+    "",
+    "SLO met",
+    "replica·s",
+    "vs " + "subject",
+    "scale actions",
+    "reversals",
+    "recovery",
+    "failed",
 ]
 
 
@@ -46,17 +53,19 @@ def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str
     rows = []
     for name, result in results.items():
         rel = result.replica_seconds / base if base else None
-        rows.append([
-            name,
-            "◀" if name == subject else "",
-            pct(result.slo_attainment),
-            f"{result.replica_seconds:,.0f}",
-            ratio(rel),
-            str(result.scale_actions),
-            str(result.direction_reversals),
-            seconds(result.recovery_s),
-            f"{result.failed:,}",
-        ])
+        rows.append(
+            [
+                name,
+                "◀" if name == subject else "",
+                pct(result.slo_attainment),
+                f"{result.replica_seconds:,.0f}",
+                ratio(rel),
+                str(result.scale_actions),
+                str(result.direction_reversals),
+                seconds(result.recovery_s),
+                f"{result.failed:,}",
+            ]
+        )
     return rows
 
 
@@ -65,8 +74,16 @@ def _get(record: Any, key: str) -> Any:
 
 
 def bench_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["trace", "policy", "SLO met", "replica·s", "scale actions", "reversals/10min",
-              "recovery", "wall"]
+    header = [
+        "trace",
+        "policy",
+        "SLO met",
+        "replica·s",
+        "scale actions",
+        "reversals/10min",
+        "recovery",
+        "wall",
+    ]
     rows = [
         [
             _get(r, "trace"),
@@ -101,22 +118,26 @@ def bench_summary_rows(
         row = [trace]
         for o in others:
             theirs = per_policy.get(o)
-            row.append(
-                "—" if theirs is None
-                else f"{(_get(mine, 'slo_attainment') - _get(theirs, 'slo_attainment')) * 100:+.2f} pp"
-            )
+            if theirs is None:
+                row.append("—")
+                continue
+            lead = _get(mine, "slo_attainment") - _get(theirs, "slo_attainment")
+            row.append(f"{lead * 100:+.2f} pp")
         for o in others:
             theirs = per_policy.get(o)
             row.append(
-                "—" if theirs is None
+                "—"
+                if theirs is None
                 else ratio(_get(mine, "replica_seconds") / _get(theirs, "replica_seconds"))
             )
         rows.append(row)
         for name, rec in per_policy.items():
             totals[name] = totals.get(name, 0.0) + _get(rec, "replica_seconds")
     if subject in totals:
-        total_row = ["suite total"] + [""] * len(others) + [
-            ratio(totals[subject] / totals[o]) if totals.get(o) else "—" for o in others
-        ]
+        total_row = (
+            ["suite total"]
+            + [""] * len(others)
+            + [ratio(totals[subject] / totals[o]) if totals.get(o) else "—" for o in others]
+        )
         rows.append(total_row)
     return header, rows

@@ -68,7 +68,9 @@ def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | 
         suite = {t.name: t for t in traces.standard_suite(seed)}
         chosen = name or "diurnal"
         if chosen not in suite:
-            raise fail(f"--trace {chosen!r}: unknown; choose one of {', '.join(suite)} or --csv FILE")
+            raise fail(
+                f"--trace {chosen!r}: unknown; choose one of {', '.join(suite)} or --csv FILE"
+            )
         trace = suite[chosen]
     if minutes is not None:
         trace = traces.truncate(trace, int(minutes * 60))
@@ -79,10 +81,13 @@ def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | 
 def simulate(
     trace_name: Annotated[
         str | None,
-        typer.Option("--trace", help="A standard trace: steady_noisy, step, spike, ramp, diurnal, bursty."),
+        typer.Option(
+            "--trace", help="A standard trace: steady_noisy, step, spike, ramp, diurnal, bursty."
+        ),
     ] = None,
     csv: Annotated[
-        Path | None, typer.Option("--csv", help="Replay a load trace from a CSV with columns t,rps.")
+        Path | None,
+        typer.Option("--csv", help="Replay a load trace from a CSV with columns t,rps."),
     ] = None,
     policy: Annotated[str, typer.Option(help="The policy under test.")] = "servectl",
     compare: Annotated[
@@ -95,7 +100,9 @@ def simulate(
         float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for arrivals and service times.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record per policy.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON record per policy.")
+    ] = False,
 ) -> None:
     """Replay a load trace through policies on simulated TF Serving replicas.
 
@@ -122,8 +129,12 @@ def simulate(
             err.print(f"simulating {trace.name} ({len(trace.rps) // 60} min) with {name} ...")
         started = time.perf_counter()
         results[name] = runner.simulate(
-            trace, factory(trace), svc, min_replicas=suite.MIN_REPLICAS,
-            max_replicas=suite.MAX_REPLICAS, seed=seed,
+            trace,
+            factory(trace),
+            svc,
+            min_replicas=suite.MIN_REPLICAS,
+            max_replicas=suite.MAX_REPLICAS,
+            seed=seed,
         )
         if not as_json:
             err.print(f"  done in {time.perf_counter() - started:.1f} s")
@@ -135,7 +146,9 @@ def simulate(
         _print_table(f"{trace.name}: SLO p-latency <= {svc.slo_ms:g} ms", fmt.SIMULATE_HEADER, rows)
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        sim_plot.plot_timeline(results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}")
+        sim_plot.plot_timeline(
+            results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}"
+        )
         if not as_json:
             out.print(f"timeline written to {plot}")
 
@@ -189,7 +202,9 @@ def bench(
         known = {t.name for t in suite_traces}
         unknown = [t for t in wanted if t not in known]
         if unknown:
-            raise fail(f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+            raise fail(
+                f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
+            )
         suite_traces = [t for t in suite_traces if t.name in wanted]
     try:
         factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
@@ -240,7 +255,9 @@ def _read_json_documents(path: Path) -> list[dict[str, Any]]:
             try:
                 docs.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise fail(f"{path}:{lineno}: not JSON ({exc.msg}); expected one snapshot per line") from exc
+                raise fail(
+                    f"{path}:{lineno}: not JSON ({exc.msg}); expected one snapshot per line"
+                ) from exc
         return docs
     if isinstance(doc, list):
         return doc
@@ -275,7 +292,10 @@ def policy_eval(
     ] = None,
     cel: Annotated[str | None, typer.Option(help="An inline CEL policy expression.")] = None,
     policy_file: Annotated[
-        Path | None, typer.Option("--policy-file", help="A ScalingPolicy YAML (e.g. policies/latency-slo.yaml).")
+        Path | None,
+        typer.Option(
+            "--policy-file", help="A ScalingPolicy YAML (e.g. policies/latency-slo.yaml)."
+        ),
     ] = None,
     param: Annotated[
         list[str] | None, typer.Option(help="Override a policy param: NAME=NUMBER (repeatable).")
@@ -315,7 +335,11 @@ def policy_eval(
     state = json.loads(state_file.read_text()) if state_file else None
     steps = registry.replay(chosen, snaps, state)
     for step in steps:
-        record: dict[str, Any] = {"time": step.time, "policy": chosen.name, **step.decision.to_dict()}
+        record: dict[str, Any] = {
+            "time": step.time,
+            "policy": chosen.name,
+            **step.decision.to_dict(),
+        }
         if show_state:
             record["state"] = step.state
         print(json.dumps(record, indent=None if len(steps) > 1 else 2))
@@ -324,41 +348,56 @@ def policy_eval(
 def _policy_config(
     spec: Path | None, cel: str | None, policy_file: Path | None, params: dict[str, float]
 ) -> tuple[Any, Any]:
+    """The engine config and the custom CEL policy from --spec / --policy-file / --cel.
+
+    A spec's ``policy.ref`` is looked up among ScalingPolicies in the spec file itself,
+    then in ./policies; ``--policy-file`` and ``--cel`` replace the spec's policy.
+    """
     from servectl import specfile
     from servectl.api import models, validation
     from servectl.autoscaling import cel_policy, config, engine
 
+    def load(path: Path, option: str) -> list[Any]:
+        try:
+            return specfile.load_file(path)
+        except (OSError, validation.SpecError, ValueError) as exc:
+            raise fail(f"{option} {path}:\n{exc}") from exc
+
     cfg = config.AutoscalingConfig()
-    custom = None
-    expression: str | None = None
-    name = "inline"
+    name, expression = "inline", None
     merged: dict[str, float] = {}
     if spec is not None:
-        try:
-            docs = specfile.load_file(spec)
-        except (OSError, validation.SpecError, ValueError) as exc:
-            raise fail(f"--spec {spec}:\n{exc}") from exc
+        docs = load(spec, "--spec")
         services = [d for d in docs if isinstance(d, models.ModelService)]
         if not services:
             raise fail(f"--spec {spec}: no ModelService document in it")
+        library = {
+            p.metadata.name: p
+            for path in sorted(Path("policies").glob("*.yaml"))
+            for p in load(path, "policy library")
+            if isinstance(p, models.ScalingPolicy)
+        }
+        library.update({d.metadata.name: d for d in docs if isinstance(d, models.ScalingPolicy)})
         autoscaling = services[0].spec.autoscaling
         cfg = autoscaling.to_config()
-        if autoscaling.policy is not None and autoscaling.policy.cel:
-            expression = autoscaling.policy.cel
-    if policy_file is not None:
         try:
-            docs = specfile.load_file(policy_file)
-        except (OSError, validation.SpecError, ValueError) as exc:
-            raise fail(f"--policy-file {policy_file}:\n{exc}") from exc
-        policies = [d for d in docs if isinstance(d, models.ScalingPolicy)]
+            resolved = autoscaling.resolve_policy(library)
+        except models.UnknownPolicyError as exc:
+            raise fail(f"--spec {spec}: spec.autoscaling.policy.ref: {exc}") from exc
+        if resolved is not None:
+            name, expression, merged = resolved.name, resolved.cel, dict(resolved.params)
+    if policy_file is not None:
+        policies = [
+            d for d in load(policy_file, "--policy-file") if isinstance(d, models.ScalingPolicy)
+        ]
         if not policies:
             raise fail(f"--policy-file {policy_file}: no ScalingPolicy document in it")
-        expression = policies[0].spec.cel
-        name = policies[0].metadata.name
-        merged.update(policies[0].spec.params or {})
+        name, expression = policies[0].metadata.name, policies[0].spec.cel
+        merged = dict(policies[0].spec.params or {})
     if cel is not None:
-        expression, name = cel, "inline"
+        name, expression, merged = "inline", cel, {}
     merged.update(params)
+    custom = None
     if expression is not None:
         try:
             program = cel_policy.compile_expression(expression)

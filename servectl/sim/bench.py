@@ -282,18 +282,54 @@ def speed_check(seconds: int = 3600, rps: float = 1000.0, *, seed: int = 0) -> f
     return time.perf_counter() - started
 
 
-def micro_benchmarks(repeats: int = 3) -> dict[str, float]:
-    """Medians over ``repeats``: one simulated hour at 1000 rps with a fixed policy, and
-    the cost of one snapshot + decision of that policy inside the loop."""
-    hour = [speed_check(3600, 1000.0, seed=i) for i in range(repeats)]
-    ten_min = [speed_check(600, 1000.0, seed=i) for i in range(repeats)]
-    ticks_per_hour = 3600 / FixedReplicas(1).period_s
-    return {
-        "simulate_1h_1000rps_fixed_s": round(statistics.median(hour), 3),
-        "simulate_10min_1000rps_fixed_s": round(statistics.median(ten_min), 3),
-        "simulated_seconds_per_wall_second": round(3600 / statistics.median(hour), 1),
-        "requests_per_wall_second": round(3.6e6 / statistics.median(hour)),
-        "loop_us_per_policy_tick_upper_bound": round(
-            1e6 * statistics.median(hour) / ticks_per_hour, 1
-        ),
+@dataclass
+class _Capture:
+    """Wraps a policy and keeps the snapshots and states it was given."""
+
+    inner: policy.Policy
+    seen: list[tuple[snapshot.Snapshot, policy.State]]
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def period_s(self) -> float:
+        return self.inner.period_s
+
+    def initial_state(self) -> policy.State:
+        return self.inner.initial_state()
+
+    def decide(
+        self, snap: snapshot.Snapshot, state: policy.State
+    ) -> tuple[decision.Decision, policy.State]:
+        self.seen.append((snap, state))
+        return self.inner.decide(snap, state)
+
+
+def decision_us(subject: policy.Policy, *, seconds: int = 600, seed: int = 0) -> float:
+    """Median microseconds per ``decide`` call of ``subject`` over the snapshots it
+    meets on the first ``seconds`` of the diurnal trace (replayed outside the loop)."""
+    trace = trace_mod.truncate(trace_mod.standard_suite(seed)[4], seconds)
+    capture = _Capture(subject, [])
+    runner.simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
+    timings = []
+    for snap, state in capture.seen:
+        started = time.perf_counter()
+        subject.decide(snap, state)
+        timings.append(time.perf_counter() - started)
+    return 1e6 * statistics.median(timings) if timings else math.nan
+
+
+def micro_benchmarks(subject: policy.Policy | None = None, repeats: int = 3) -> dict[str, float]:
+    """Medians over ``repeats``: one simulated hour at 1000 rps with a fixed-replica
+    policy, and (when ``subject`` is given) one ``decide`` call of that policy."""
+    hour = statistics.median(speed_check(3600, 1000.0, seed=i) for i in range(repeats))
+    figures = {
+        "simulate_1h_1000rps_fixed_s": round(hour, 3),
+        "simulated_seconds_per_wall_second": round(3600 / hour, 1),
+        "simulated_requests_per_wall_second": round(3.6e6 / hour),
     }
+    if subject is not None:
+        figures[f"decide_{subject.name}_us"] = round(decision_us(subject), 1)
+    return figures

@@ -31,7 +31,9 @@ def service() -> model.ServiceModel:
     return model.ServiceModel()
 
 
-def autoscaling_config(svc: model.ServiceModel, *, latency: bool = True) -> config.AutoscalingConfig:
+def autoscaling_config(
+    svc: model.ServiceModel, *, latency: bool = True
+) -> config.AutoscalingConfig:
     signals: tuple[config.SignalTarget, ...] = (
         config.SignalTarget(config.SignalType.CPU, CPU_TARGET),
     )
@@ -73,7 +75,5 @@ def policies(svc: model.ServiceModel, names: list[str] | None = None) -> dict[st
         return factories
     unknown = [n for n in names if n not in factories]
     if unknown:
-        raise ValueError(
-            f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}"
-        )
+        raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")
     return {n: factories[n] for n in names}

@@ -158,7 +158,7 @@ def bursty(
     seed: int = 0,
     *,
     base_share: float = 0.6,
-    bursts_per_hour: float = 30.0,
+    bursts_per_hour: float = 60.0,
     pareto_alpha: float = 1.5,
     burst_tau_s: float = 20.0,
     max_peak_factor: float = 2.5,
@@ -299,6 +299,7 @@ def standard_suite(seed: int = 0) -> list[Trace]:
         named(
             bursty(400, hour, seed=seed),
             "bursty",
-            "mean 400 rps: 240 base + Pareto(1.5) bursts, capped at 1000 rps",
+            "mean 400 rps: 240 base + ~60 Pareto(1.5) bursts an hour (20 s decay), "
+            "capped at 1000 rps",
         ),
     ]

@@ -102,7 +102,9 @@ def test_all_metrics_missing_holds() -> None:
 
 
 def test_partial_metrics_never_shrink_but_may_grow() -> None:
-    policy = engine.EnginePolicy(cfg(signals=(CPU70, config.SignalTarget(config.SignalType.GPU, 80))))
+    policy = engine.EnginePolicy(
+        cfg(signals=(CPU70, config.SignalTarget(config.SignalType.GPU, 80)))
+    )
     low, _ = policy.decide(make_snapshot(current=8, rps=70.0, cpu_usage_cores=1.4), {})
     assert low.replicas == 8
     assert low.reason is Reason.METRICS_MISSING
@@ -155,7 +157,10 @@ def test_latency_learns_a_slow_service_tail_and_grows() -> None:
     for t in range(1, 60):
         later, state = policy.decide(
             make_snapshot(
-                1000.0 + 2 * t, current=12, rps=600.0, cpu_usage_cores=12.0,
+                1000.0 + 2 * t,
+                current=12,
+                rps=600.0,
+                cpu_usage_cores=12.0,
                 latency_ms={"p99": 200.0},
             ),
             state,

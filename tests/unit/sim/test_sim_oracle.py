@@ -90,7 +90,8 @@ def test_a_burst_shorter_than_the_cold_start_is_covered() -> None:
 def test_oracle_spends_no_more_than_any_fixed_count_meeting_the_slo() -> None:
     trace = traces.step(200, 800, 300, 600)
     o = runner.simulate(trace, oracle.OraclePolicy(trace, SERVICE), SERVICE)
-    for replicas in range(1, 40):
+    at_capacity = int(np.ceil(800 / SERVICE.capacity_rps))  # fewer can't keep up at all
+    for replicas in range(at_capacity, 40):
         fixed = runner.simulate(
             trace, bench.FixedReplicas(replicas), SERVICE, initial_replicas=replicas
         )
