@@ -179,11 +179,14 @@ def normalize(
     max_replicas: int,
     behavior: config.Behavior,
     state: BehaviorState,
+    remember: int | None = None,
 ) -> Normalized:
     """Apply stabilization, rate policies and bounds; record the recommendation.
 
     The returned state already holds this tick's recommendation and, if the count
-    changes, the scale event (the caller applies the count).
+    changes, the scale event (the caller applies the count). ``remember`` replaces
+    ``desired`` in the history (servectl keeps a temporary queue-drain overshoot out
+    of its scale-down memory); HPA leaves it None.
     """
     stabilized = stabilize(desired, current, now, behavior, state.recommendations)
     reason: Reason | None = None
@@ -225,7 +228,8 @@ def normalize(
         _max_period(behavior.scale_down),
     )
     keep_after = now - horizon
-    recs = (*(r for r in state.recommendations if r[0] > keep_after), (now, desired))
+    recorded = desired if remember is None else remember
+    recs = (*(r for r in state.recommendations if r[0] > keep_after), (now, recorded))
     events = tuple(e for e in state.scale_events if e[0] > keep_after)
     if result != current:
         events += ((now, result - current),)

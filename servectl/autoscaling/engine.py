@@ -21,6 +21,7 @@ One ``decide`` call per tick, a pure function of the snapshot and the persisted 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,9 +34,25 @@ from servectl.autoscaling.snapshot import Snapshot
 
 #: Signals older than this are stale: treated as missing.
 STALE_AFTER_S = 60.0
-#: Half-lives of the learnt service-time estimates.
+#: Half-life of the learnt mean service time.
 SERVICE_HALF_LIFE_S = 30.0
-QUANTILE_HALF_LIFE_S = 60.0
+#: The latency signal aims its percentile at this share of the target (noise margin).
+LATENCY_AIM = 0.8
+#: Wait-budget feedback: over aim, the budget shrinks by aim/observed every this many
+#: seconds; comfortably under, it grows by this share of the target per second.
+BUDGET_DECREASE_S = 20.0
+BUDGET_INCREASE_PER_S = 0.002
+#: Seconds of steady service before observed latency teaches anything again.
+SETTLE_S = 45.0
+#: While overloaded, size to drain the queue expected when new capacity lands within this.
+DRAIN_S = 5.0
+#: More queued requests than this per ready thread means overloaded.
+QUEUED_PER_THREAD = 4.0
+#: Burst memory: this many panics within BURST_MEMORY_S mean bursts recur faster than
+#: capacity can follow; scale-down then waits BURST_HOLD_S.
+BURST_PANICS = 2
+BURST_MEMORY_S = 600.0
+BURST_HOLD_S = 300.0
 #: Windows for the load trend: both must rise for a trend to count (noise rejection).
 TREND_SHORT_S = 30.0
 TREND_LONG_S = 60.0
@@ -108,38 +125,15 @@ class EnginePolicy:
             # Little's law (includes queueing: an over-estimate, replaced once CPU shows up).
             service_s = sig.concurrency / sig.rps
 
-        quantile_s = state.get("service_quantile_s")
+        budget_s = state.get("wait_budget_s")
         target = self._latency_target
         if target is not None and service_s is not None:
-            q = target.percentile / 100.0
-            observed_ms = sig.latency(target.percentile)
-            if quantile_s is None:
-                # Before any observation: an exponential service time's quantile.
-                quantile_s = service_s * -math.log(1.0 - q)
-            enough = sig.rps is not None and sig.rps * 30.0 >= MIN_LATENCY_SAMPLES
-            # Only a steady service teaches its tail: while replicas start, while CPU is
-            # saturated or a panic drains a backlog, the observed latency is queueing the
-            # model does not see, and learning it would inflate every later decision.
-            steady = (
-                not saturated
-                and snap.replicas.ready == snap.replicas.current
-                and now >= float(state.get("panic_until", -math.inf))
-            )
-            if observed_ms is not None and enough and steady and snap.replicas.ready > 0:
-                assert sig.rps is not None
-                wait = queueing.wait_quantile_s(
-                    sig.rps / snap.replicas.ready, service_s, cfg.threads_per_replica, q
-                )
-                observed = observed_ms / 1000.0
-                if math.isfinite(wait):
-                    # Whatever the M/M/c wait misses (the service tail) or over-states
-                    # (real service times vary less than exponential ones) is learnt as
-                    # one offset; it may go negative, within half the target.
-                    target_s = target.target / 1000.0
-                    sample = min(max(observed - wait, -0.5 * target_s), target_s)
-                    quantile_s = windows.ewma(quantile_s, sample, dt, QUANTILE_HALF_LIFE_S)
+            budget_s = self._learn_budget(snap, state, target, service_s, budget_s, dt, saturated)
 
         rate = sig.rps
+        overloaded_rate = self._overload_rate(snap, state, request_cores, service_s, saturated)
+        if overloaded_rate is not None and (rate is None or overloaded_rate > rate):
+            rate = overloaded_rate
         projected = rate
         if rate is not None:
             short = windows.slope(rates, now, TREND_SHORT_S)
@@ -151,18 +145,124 @@ class EnginePolicy:
             rate=rate,
             projected_rate=projected,
             service_s=service_s,
-            service_quantile_s=quantile_s,
+            wait_budget_s=budget_s,
             request_cores=request_cores,
             threads=cfg.threads_per_replica,
         )
         new_state: State = {
             **state,
+            "inflight": None if sig.concurrency is None else [now, sig.concurrency],
             "last_time": now,
             "rates": [[t, v] for t, v in rates],
             "service_s": service_s,
-            "service_quantile_s": quantile_s,
+            "wait_budget_s": budget_s,
         }
         return demand, new_state
+
+    def _overload_rate(
+        self,
+        snap: Snapshot,
+        state: State,
+        request_cores: float,
+        service_s: float | None,
+        saturated: bool,
+    ) -> float | None:
+        """Arrival rate of a saturated service: what it completes plus how fast its queue grows.
+
+        A rate window (10 s) trails a sudden step by seconds, while every second of
+        delay costs a second of queue; the queue's growth shows up in the next scrape.
+        """
+        previous = state.get("inflight")
+        inflight = snap.signals.concurrency
+        if service_s is None or inflight is None or not previous:
+            return None
+        capacity = snap.replicas.ready * request_cores
+        in_service = min((snap.signals.rps or 0.0) * service_s, capacity)
+        queueing_up = inflight - in_service > QUEUED_PER_THREAD * max(capacity, 1.0)
+        then, before = float(previous[0]), float(previous[1])
+        if not (saturated or queueing_up) or snap.time <= then:
+            return None
+        completing = capacity / service_s
+        return completing + max(0.0, (inflight - before) / (snap.time - then))
+
+    def _budget_prior(
+        self,
+        snap: Snapshot,
+        target: config.SignalTarget,
+        service_s: float,
+        observed_ms: float | None,
+    ) -> float:
+        """The first wait budget: calibrated on the first observation if there is one.
+
+        With an observed percentile ``L`` at the current load, whose modelled wait is
+        ``W``, the service may take ``aim - L`` more queueing: budget ``W + aim - L``.
+        Without one: the target minus an exponential service time's quantile.
+        """
+        target_s = target.target / 1000.0
+        q = target.percentile / 100.0
+        rps = snap.signals.rps
+        if observed_ms is not None and rps and snap.replicas.ready > 0:
+            wait = queueing.wait_quantile_s(
+                rps / snap.replicas.ready, service_s, self.config.threads_per_replica, q
+            )
+            if math.isfinite(wait):
+                calibrated = wait + LATENCY_AIM * target_s - observed_ms / 1000.0
+                return min(max(calibrated, 0.1 * target_s), 3.0 * target_s)
+        return max(target_s - service_s * -math.log(1.0 - q), 0.1 * target_s)
+
+    def _learn_budget(
+        self,
+        snap: Snapshot,
+        state: State,
+        target: config.SignalTarget,
+        service_s: float,
+        budget_s: float | None,
+        dt: float,
+        saturated: bool,
+    ) -> float:
+        """Learn the queueing-wait budget that keeps the observed percentile on aim.
+
+        Erlang C gives the shape (how the wait grows with load per replica, and how
+        threads and replicas pool); real services differ from M/M/c in scale (service
+        times vary less than exponential ones, round-robin arrivals are smoother than
+        Poisson, the service tail adds to the wait). So the budget handed to Erlang C is
+        learnt by feedback: cut multiplicatively while the observed percentile is above
+        ``LATENCY_AIM`` x target, raised additively while it sits comfortably below and
+        the model says the replicas are near the budget (otherwise the low latency only
+        shows spare capacity, which says nothing about a larger budget).
+        """
+        sig = snap.signals
+        target_s = target.target / 1000.0
+        q = target.percentile / 100.0
+        observed_ms = sig.latency(target.percentile)
+        if budget_s is None:
+            budget_s = self._budget_prior(snap, target, service_s, observed_ms)
+        enough = sig.rps is not None and sig.rps * 30.0 >= MIN_LATENCY_SAMPLES
+        # Only a steady service teaches: while replicas start, CPU is saturated or a panic
+        # drains a backlog, the observed latency is a transient the budget must not learn.
+        steady = (
+            not saturated
+            and snap.replicas.ready == snap.replicas.current
+            and snap.time >= float(state.get("panic_until", -math.inf))
+        )
+        if not steady:
+            state["unsteady_at"] = snap.time
+        # The latency window still holds a transient for a while after it ends.
+        settled = snap.time - float(state.get("unsteady_at", -math.inf)) >= SETTLE_S
+        if observed_ms is None or not enough or not settled or snap.replicas.ready == 0:
+            return budget_s
+        assert sig.rps is not None
+        aim_s = LATENCY_AIM * target_s
+        observed_s = min(observed_ms / 1000.0, 2.0 * aim_s)
+        if observed_s > aim_s:
+            budget_s *= (aim_s / observed_s) ** (dt / BUDGET_DECREASE_S)
+        elif observed_s < 0.9 * aim_s:
+            wait = queueing.wait_quantile_s(
+                sig.rps / snap.replicas.ready, service_s, self.config.threads_per_replica, q
+            )
+            if wait >= 0.7 * budget_s:
+                budget_s += BUDGET_INCREASE_PER_S * target_s * dt
+        return min(max(budget_s, 0.05 * target_s), 3.0 * target_s)
 
     # ------------------------------------------------------------------ deciding
 
@@ -177,6 +277,7 @@ class EnginePolicy:
             stale_note = f"signals are {stale:.0f} s old (stale after {STALE_AFTER_S:.0f} s)"
         else:
             stale_note = ""
+        state = dict(state)  # never mutate the caller's copy
         demand, state = self._learn(snap, state)
 
         proposals: dict[str, signals.Proposal] = {}
@@ -187,11 +288,13 @@ class EnginePolicy:
                 missing.append(signals.signal_name(target))
             else:
                 proposals[prop.signal] = prop
-        backlog = self._backlog_proposal(snap, demand)
+        sustained = max((p.replicas for p in proposals.values()), default=None)
+        backlog = self._backlog_proposal(snap, demand, state)
         if backlog is not None and proposals:
             proposals[backlog.signal] = backlog
         raw = {name: p.replicas for name, p in proposals.items()}
         panic_until = float(state.get("panic_until", -math.inf))
+        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
 
         if not proposals:
             detail = stale_note or f"no usable signal ({', '.join(missing)} missing)"
@@ -205,14 +308,11 @@ class EnginePolicy:
             if current > 0 and abs(best.replicas / current - 1.0) <= cfg.tolerance:
                 desired, reason = current, Reason.WITHIN_TOLERANCE
                 detail = f"{best.detail}; within {cfg.tolerance:.0%} of {current}: hold"
-            overloaded = (
-                demand.rate is not None
-                and demand.service_s is not None
-                and demand.rate * demand.service_s >= max(ready, 0) * demand.request_cores
-                and demand.rate > 0
-            )
+            overloaded = backlog is not None
             surge = ready > 0 and wanted >= cfg.panic_threshold * ready
             if wanted > current and (overloaded or surge or ready == 0):
+                if now >= panic_until:
+                    panics.append(now)
                 panic_until = now + cfg.panic_hold_s
                 desired, reason = wanted, Reason.PANIC
                 detail = f"panic ({'overloaded' if overloaded else 'burst'}): {best.detail}"
@@ -227,19 +327,36 @@ class EnginePolicy:
             desired, reason, detail, new_state = self._run_custom(
                 snap, recommended, reason, detail, new_state
             )
-        if in_panic and desired < current:
+        held_by_panic = in_panic and desired < current
+        if held_by_panic:
             desired, reason = current, Reason.PANIC
             detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
 
+        rails = cfg.behavior
+        bursting = len(panics) >= BURST_PANICS
+        if bursting and rails.scale_down.stabilization_s < BURST_HOLD_S:
+            # Bursts recur faster than a cold start: capacity let go now is missing at the
+            # next burst. Hold it longer (HPA's default window) until bursts stop.
+            rails = dataclasses.replace(
+                rails,
+                scale_down=dataclasses.replace(rails.scale_down, stabilization_s=BURST_HOLD_S),
+            )
         norm = behavior.normalize(
             desired,
             current,
             now,
             cfg.min_replicas,
             cfg.max_replicas,
-            cfg.behavior,
+            rails,
             behavior.BehaviorState.from_dict(new_state.get("behavior")),
+            # A drain overshoot and a panic hold are temporary: remember the load's own
+            # need instead, so the scale-down window does not keep them alive.
+            remember=None
+            if sustained is None or (winner != "backlog" and not held_by_panic)
+            else min(desired, max(math.ceil(sustained - 1e-9), cfg.min_replicas)),
         )
+        if bursting and norm.reason is Reason.STABILIZING:
+            detail = f"{detail}; burst memory ({len(panics)} panics in {BURST_MEMORY_S:.0f} s)"
         result = norm.replicas
         if in_panic and desired > result and result >= current:
             # Panic bypasses the scale-up rate limit (not max); record the real change.
@@ -256,7 +373,12 @@ class EnginePolicy:
             reason = norm.reason
             detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
 
-        new_state = {**new_state, "behavior": norm.state.to_dict(), "panic_until": panic_until}
+        new_state = {
+            **new_state,
+            "behavior": norm.state.to_dict(),
+            "panic_until": panic_until,
+            "panics": panics,
+        }
         if not math.isfinite(panic_until):
             new_state.pop("panic_until")
         applied = result
@@ -281,23 +403,34 @@ class EnginePolicy:
             new_state,
         )
 
-    def _backlog_proposal(self, snap: Snapshot, demand: signals.Demand) -> signals.Proposal | None:
-        """While overloaded, size for the load plus draining the queue within one cold start.
+    def _backlog_proposal(
+        self, snap: Snapshot, demand: signals.Demand, state: State
+    ) -> signals.Proposal | None:
+        """While overloaded, size for the load plus draining the queue new capacity will find.
 
-        Requests that piled up while capacity was short are in ``concurrency`` beyond what
-        the load keeps in service (``rate x service time``); draining them within
-        ``cold_start_s`` takes ``queued x service time / cold_start_s`` more cores.
+        The queue (in-flight requests beyond what the load keeps in service) keeps growing
+        at ``arrivals - capacity`` until the replicas ordered at the start of the overload
+        are ready, one cold start later. Every queued request waits behind it (FIFO), so
+        the queue expected then is drained within ``DRAIN_S``:
+        ``cores = rate x s + (queued + excess x time_to_capacity) x s / DRAIN_S``.
+        The overshoot lasts only until the queue is gone; panic hold then lets it go.
         """
         inflight = snap.signals.concurrency
-        rate, service_s = demand.projected_rate, demand.service_s
-        if inflight is None or rate is None or service_s is None or rate <= 0:
-            return None
+        rate, service_s = demand.rate, demand.service_s
         capacity = snap.replicas.ready * demand.request_cores
-        if rate * service_s < capacity:
+        if inflight is None or rate is None or service_s is None:
             return None
-        queued = max(0.0, inflight - rate * service_s)
-        drain_s = max(self.config.cold_start_s, self.config.period_s)
-        cores = rate * service_s + queued * service_s / drain_s
+        queued_now = max(0.0, inflight - rate * service_s)
+        # Overloaded: the load needs more cores than are ready, or requests queue beyond
+        # a few per thread (a rate window trails a step; the queue shows it at once).
+        if rate * service_s < capacity and queued_now <= QUEUED_PER_THREAD * max(capacity, 1.0):
+            state.pop("overload_since", None)
+            return None
+        since = float(state.setdefault("overload_since", snap.time))
+        until_capacity = max(0.0, since + self.config.cold_start_s - snap.time)
+        excess_rps = max(0.0, rate - capacity / service_s)
+        queued = queued_now + excess_rps * until_capacity
+        cores = rate * service_s + queued * service_s / DRAIN_S
         utilization = next(
             (t.target / 100.0 for t in self.config.signals if t.type is config.SignalType.CPU),
             0.7,
@@ -306,8 +439,9 @@ class EnginePolicy:
         return signals.Proposal(
             "backlog",
             replicas,
-            f"overloaded with {queued:.0f} queued: ({rate:.0f} req/s + drain over "
-            f"{drain_s:.0f} s) x {service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}",
+            f"overloaded: {queued:.0f} requests queued when capacity lands in "
+            f"{until_capacity:.0f} s; ({rate:.0f} req/s + drain in {DRAIN_S:.0f} s) x "
+            f"{service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}",
         )
 
     def _run_custom(

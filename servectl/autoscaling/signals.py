@@ -24,7 +24,6 @@ horizon 32 s -> demand 664 req/s * 0.02 s = 13.3 cores -> 13.3 / (2 * 0.7) = 9.5
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from servectl.autoscaling import config, queueing, snapshot
@@ -37,7 +36,7 @@ class Demand:
     rate: float | None  # requests/s now
     projected_rate: float | None  # requests/s one horizon ahead
     service_s: float | None  # mean CPU time per request
-    service_quantile_s: float | None  # service-time quantile learnt for the latency target
+    wait_budget_s: float | None  # queueing wait the latency target allows (learnt)
     request_cores: float  # CPU request of one replica
     threads: int  # requests one replica serves in parallel
 
@@ -143,31 +142,20 @@ def _concurrency(
 def _latency(
     target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand, max_replicas: int
 ) -> Proposal | None:
-    if (
-        demand.projected_rate is None
-        or demand.service_s is None
-        or demand.service_quantile_s is None
-    ):
+    if demand.projected_rate is None or demand.service_s is None or demand.wait_budget_s is None:
         return None
-    target_s = target.target / 1000.0
-    # A service that is itself slower than the target cannot be fixed by replicas:
-    # keep a floor on the wait budget and say so.
-    budget_s = min(max(target_s - demand.service_quantile_s, 0.1 * target_s), 1.5 * target_s)
     replicas = queueing.replicas_for_latency(
         demand.projected_rate,
         demand.service_s,
         demand.threads,
         target.percentile / 100.0,
-        budget_s,
+        demand.wait_budget_s,
         max_replicas,
     )
     observed = snap.signals.latency(target.percentile)
     seen = f"observed {observed:.0f} ms, " if observed is not None else ""
     detail = (
-        f"{seen}service {demand.service_s * 1000:.1f} ms (offset "
-        f"{demand.service_quantile_s * 1000:.0f} ms), wait budget {budget_s * 1000:.0f} ms at "
-        f"{demand.projected_rate:.1f} req/s -> {replicas}"
+        f"{seen}service {demand.service_s * 1000:.1f} ms, learnt wait budget "
+        f"{demand.wait_budget_s * 1000:.0f} ms at {demand.projected_rate:.1f} req/s -> {replicas}"
     )
-    if math.isclose(budget_s, 0.1 * target_s):
-        detail += " (service time alone is near the target: more replicas cannot fix it)"
     return Proposal(signal_name(target), float(replicas), detail)

@@ -65,14 +65,14 @@ def drive(
     start: float,
     ticks: int,
     initial: int,
-    ready_delay_ticks: int = 0,
+    state: State | None = None,
 ) -> list[tuple[float, Decision]]:
     """Call ``policy`` every ``policy.period_s`` for ``ticks`` ticks, applying each decision.
 
     ``snapshot_at(t, current)`` builds the snapshot seen at ``t`` given the replica count
-    applied; state is carried like the controller does.
+    applied; state is carried like the controller does (from ``state`` if given).
     """
-    state: State = policy.initial_state()
+    state = dict(state) if state is not None else policy.initial_state()
     current = initial
     timeline: list[tuple[float, Decision]] = []
     for i in range(ticks):

@@ -9,6 +9,7 @@ import pytest
 
 from servectl.autoscaling import cel_policy, config, engine, queueing
 from servectl.autoscaling.decision import Reason
+from servectl.autoscaling.snapshot import Snapshot
 from servectl.testing import drive, make_snapshot
 
 CPU70 = config.SignalTarget(config.SignalType.CPU, 70.0)
@@ -135,38 +136,68 @@ def test_recommend_mode_decides_but_does_not_act() -> None:
 
 def test_latency_signal_sizes_with_erlang_c() -> None:
     policy = engine.EnginePolicy(cfg(signals=(CPU70, P99)))
-    state = {"service_s": 0.02, "service_quantile_s": 0.05}
+    state = {"service_s": 0.02, "wait_budget_s": 0.1}
     decision, _ = policy.decide(
         make_snapshot(current=16, rps=1000.0, cpu_usage_cores=20.0, latency_ms={"p99": 120.0}),
         state,
     )
+    # Budget 100 ms at 1000 req/s, 20 ms, 2 threads: 17 replicas (docs/autoscaling.md).
     expected = queueing.replicas_for_latency(1000.0, 0.02, 2, 0.99, 0.1, 50)
+    assert expected == 17
     assert decision.proposals["latency_p99"] == pytest.approx(expected)
     assert decision.proposals["cpu"] == pytest.approx(20 / 1.4)
+    assert decision.signal == "latency_p99"
 
 
-def test_latency_learns_a_slow_service_tail_and_grows() -> None:
-    # Observed p99 far above the model's prediction: the learnt service quantile rises,
-    # the wait budget shrinks, the latency proposal grows.
-    policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    state: dict[str, object] = {"service_s": 0.02, "service_quantile_s": 0.05}
-    first, state = policy.decide(
-        make_snapshot(current=12, rps=600.0, cpu_usage_cores=12.0, latency_ms={"p99": 200.0}),
-        state,
+def _steady(t: float, p99: float, current: int = 12) -> Snapshot:
+    return make_snapshot(
+        t, current=current, rps=600.0, cpu_usage_cores=12.0, latency_ms={"p99": p99}
     )
+
+
+def test_latency_over_aim_shrinks_the_budget_and_grows_the_proposal() -> None:
+    # Observed p99 (200 ms) far above the aim (0.8 x 150 ms): the learnt wait budget
+    # shrinks, so the latency proposal grows.
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.1}
+    first, state = policy.decide(_steady(1000.0, 200.0), state)
     for t in range(1, 60):
-        later, state = policy.decide(
-            make_snapshot(
-                1000.0 + 2 * t,
-                current=12,
-                rps=600.0,
-                cpu_usage_cores=12.0,
-                latency_ms={"p99": 200.0},
-            ),
-            state,
-        )
-    assert state["service_quantile_s"] > 0.1  # type: ignore[operator]
+        later, state = policy.decide(_steady(1000.0 + 2 * t, 200.0), state)
+    assert state["wait_budget_s"] < 0.05  # type: ignore[operator]
     assert later.proposals["latency_p99"] > first.proposals["latency_p99"]
+
+
+def test_latency_well_under_aim_near_the_budget_grows_the_budget() -> None:
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    # 600 req/s on 12 replicas: 50 req/s each, modelled p99 wait ~70 ms, near the budget.
+    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.08}
+    for t in range(60):
+        _, state = policy.decide(_steady(1000.0 + 2 * t, 60.0), state)
+    assert state["wait_budget_s"] > 0.08  # type: ignore[operator]
+
+
+def test_latency_transients_teach_nothing() -> None:
+    # Replicas still starting (ready < current): a 5 s p99 is queueing during a cold
+    # start, not the service's nature; the budget must not move, and it must not move
+    # for SETTLE_S after either.
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.1}
+    snap = make_snapshot(
+        1000.0, current=14, ready=12, rps=600.0, cpu_usage_cores=12.0, latency_ms={"p99": 5000.0}
+    )
+    _, state = policy.decide(snap, state)
+    assert state["wait_budget_s"] == 0.1
+    _, state = policy.decide(_steady(1000.0 + engine.SETTLE_S - 2, 5000.0, current=14), state)
+    assert state["wait_budget_s"] == 0.1
+    _, state = policy.decide(_steady(1000.0 + engine.SETTLE_S + 2, 5000.0, current=14), state)
+    assert state["wait_budget_s"] < 0.1  # type: ignore[operator]
+
+
+def test_first_budget_is_calibrated_on_the_first_observation() -> None:
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    _, state = policy.decide(_steady(1000.0, 65.0), {"service_s": 0.02})
+    wait = queueing.wait_quantile_s(50.0, 0.02, 2, 0.99)
+    assert state["wait_budget_s"] == pytest.approx(wait + 0.12 - 0.065)
 
 
 def test_rising_load_is_projected_one_cold_start_ahead() -> None:
@@ -260,3 +291,80 @@ def test_no_ready_replicas_with_load_panics_up() -> None:
     # No CPU signal, nothing ready: hold is all one can do without any signal.
     assert decision.replicas == 1
     assert decision.reason is Reason.METRICS_MISSING
+
+
+def _overloaded(
+    t: float, current: int, ready: int, inflight: float, rps: float = 400.0
+) -> Snapshot:
+    # `ready` 2-core replicas, CPU pinned at capacity, a queue building up.
+    return make_snapshot(
+        t,
+        current=current,
+        ready=ready,
+        rps=rps,
+        cpu_usage_cores=2.0 * ready,
+        concurrency=inflight,
+    )
+
+
+def test_queue_growth_reveals_the_arrival_rate_before_the_rate_window() -> None:
+    # 3 ready replicas complete 300 req/s (6 cores / 20 ms); the queue grew by 1000
+    # requests in 2 s, so 800 req/s arrive, although the 10 s rate still shows 400.
+    policy = engine.EnginePolicy(cfg())
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
+    decision, _ = policy.decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+    assert decision.reason is Reason.PANIC
+    assert decision.signal == "backlog"
+    assert "800 req/s" in decision.detail
+    # The queue found by capacity ordered now (30 s away): 1010 - 8 + 500 x 30 = 16002
+    # requests; draining them in DRAIN_S = 5 s plus the load: 16 + 64 = 80 cores / 1.4.
+    expected = (800 * 0.02 + (1010 - 16 + 500 * 30) * 0.02 / engine.DRAIN_S) / 1.4
+    assert decision.proposals["backlog"] == pytest.approx(expected, rel=1e-3)
+    assert decision.replicas == 50  # max
+
+
+def test_drain_overshoot_is_not_remembered_by_the_scale_down_window() -> None:
+    policy = engine.EnginePolicy(cfg())
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
+    decision, state = policy.decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+    assert decision.replicas == 50
+    remembered = [r for _, r in state["behavior"]["recommendations"]]  # type: ignore[index]
+    # The load alone (800 req/s x 20 ms / 1.4 cores) asks for 12; that is what is kept.
+    assert remembered == [12]
+
+
+def test_panic_hold_ends_then_the_drained_service_shrinks_to_its_load() -> None:
+    policy = engine.EnginePolicy(cfg())
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
+    decision, state = policy.decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+
+    def calm(t: float, current: int) -> Snapshot:
+        return make_snapshot(t, current=current, rps=800.0, cpu_usage_cores=16.0, concurrency=16.0)
+
+    timeline = drive(policy, calm, start=1040.0, ticks=60, initial=decision.replicas, state=state)
+    held = [d for t, d in timeline if t < 1000.0 + 60.0]
+    assert held and all(d.replicas == 50 and d.reason is Reason.PANIC for d in held)
+    assert timeline[-1][1].replicas == 12
+
+
+def test_repeated_panics_turn_on_burst_memory() -> None:
+    policy = engine.EnginePolicy(cfg())
+    # Two panics in the last 10 minutes: the scale-down window is 300 s, so the
+    # recommendation of 10 at t=990 still holds.
+    first = policy.decide(
+        make_snapshot(1000.0, current=10, rps=140.0, cpu_usage_cores=2.8),
+        {
+            "service_s": 0.02,
+            "panics": [700.0, 850.0],
+            "behavior": {"recommendations": [[990.0, 10]], "scale_events": []},
+        },
+    )[0]
+    assert first.replicas == 10
+    assert first.reason is Reason.STABILIZING
+    assert "burst memory" in first.detail
+    # Without the panics the ordinary 120 s window has already let go of t=870's 10.
+    plain = policy.decide(
+        make_snapshot(1000.0, current=10, rps=140.0, cpu_usage_cores=2.8),
+        {"service_s": 0.02, "behavior": {"recommendations": [[870.0, 10]], "scale_events": []}},
+    )[0]
+    assert plain.replicas == 5
