@@ -45,9 +45,11 @@ BUDGET_INCREASE_PER_S = 0.002
 #: Seconds of steady service before observed latency teaches anything again.
 SETTLE_S = 45.0
 #: While overloaded, size to drain the queue expected when new capacity lands within this.
-DRAIN_S = 5.0
-#: More queued requests than this per ready thread means overloaded.
+DRAIN_S = 2.0
+#: More queued requests than this per ready thread means overloaded, while the load is
+#: above NEAR_CAPACITY of the ready cores.
 QUEUED_PER_THREAD = 4.0
+NEAR_CAPACITY = 0.5
 #: Burst memory: this many panics within BURST_MEMORY_S mean bursts recur faster than
 #: capacity can follow; scale-down then waits BURST_HOLD_S.
 BURST_PANICS = 2
@@ -177,12 +179,20 @@ class EnginePolicy:
         if service_s is None or inflight is None or not previous:
             return None
         capacity = snap.replicas.ready * request_cores
+        usage = snap.signals.cpu_usage_cores
+        if usage is None and snap.signals.cpu_utilization is not None:
+            usage = snap.signals.cpu_utilization / 100.0 * capacity
+        if usage is None:
+            return None
         in_service = min((snap.signals.rps or 0.0) * service_s, capacity)
         queueing_up = inflight - in_service > QUEUED_PER_THREAD * max(capacity, 1.0)
+        near_capacity = usage >= NEAR_CAPACITY * capacity
         then, before = float(previous[0]), float(previous[1])
-        if not (saturated or queueing_up) or snap.time <= then:
+        if not (saturated or (queueing_up and near_capacity)) or snap.time <= then:
             return None
-        completing = capacity / service_s
+        # What the replicas complete is what their CPU shows (a queue stuck on a few
+        # replicas leaves the rest idle), plus how fast the queue grows.
+        completing = usage / service_s
         return completing + max(0.0, (inflight - before) / (snap.time - then))
 
     def _budget_prior(
@@ -289,12 +299,22 @@ class EnginePolicy:
             else:
                 proposals[prop.signal] = prop
         sustained = max((p.replicas for p in proposals.values()), default=None)
+        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
+        regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
+        bursting = len(panics) >= BURST_PANICS or len(regrets) >= BURST_PANICS
         backlog = self._backlog_proposal(snap, demand, state)
+        if bursting and backlog is not None:
+            # Bursts shorter than a cold start are over before a drain overshoot lands;
+            # burst memory's standing capacity is what helps. Size on the load only.
+            backlog = dataclasses.replace(
+                backlog,
+                replicas=min(backlog.replicas, sustained or 0.0),
+                detail=f"{backlog.detail}; bursting: no drain overshoot",
+            )
         if backlog is not None and proposals:
             proposals[backlog.signal] = backlog
         raw = {name: p.replicas for name, p in proposals.items()}
         panic_until = float(state.get("panic_until", -math.inf))
-        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
 
         if not proposals:
             detail = stale_note or f"no usable signal ({', '.join(missing)} missing)"
@@ -320,7 +340,15 @@ class EnginePolicy:
                 desired, reason = current, Reason.METRICS_MISSING
                 detail = f"{', '.join(missing)} missing: never shrink on partial metrics"
 
-        in_panic = now < panic_until
+        if in_panic_before := now < panic_until:
+            # While requests are still queued, extra replicas keep new requests away
+            # from the backlogged ones (round robin gives each 1/n): hold the panic.
+            inflight = snap.signals.concurrency
+            if inflight is not None and demand.rate is not None and demand.service_s:
+                queued = inflight - demand.rate * demand.service_s
+                if queued > QUEUED_PER_THREAD * max(ready * demand.request_cores, 1.0):
+                    panic_until = max(panic_until, now + 2 * cfg.period_s)
+        in_panic = in_panic_before and now < panic_until
         recommended = desired
         new_state = state
         if self.custom is not None:
@@ -333,7 +361,6 @@ class EnginePolicy:
             detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
 
         rails = cfg.behavior
-        bursting = len(panics) >= BURST_PANICS
         if bursting and rails.scale_down.stabilization_s < BURST_HOLD_S:
             # Bursts recur faster than a cold start: capacity let go now is missing at the
             # next burst. Hold it longer (HPA's default window) until bursts stop.
@@ -356,7 +383,10 @@ class EnginePolicy:
             else min(desired, max(math.ceil(sustained - 1e-9), cfg.min_replicas)),
         )
         if bursting and norm.reason is Reason.STABILIZING:
-            detail = f"{detail}; burst memory ({len(panics)} panics in {BURST_MEMORY_S:.0f} s)"
+            detail = (
+                f"{detail}; burst memory ({len(panics)} panics, {len(regrets)} re-grows "
+                f"in {BURST_MEMORY_S:.0f} s)"
+            )
         result = norm.replicas
         if in_panic and desired > result and result >= current:
             # Panic bypasses the scale-up rate limit (not max); record the real change.
@@ -373,11 +403,20 @@ class EnginePolicy:
             reason = norm.reason
             detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
 
+        # A re-grow (up soon after a shrink) means the shrink let go of capacity the load
+        # came back for: with BURST_PANICS of them in BURST_MEMORY_S, burst memory holds on.
+        direction = int(state.get("direction", 0))
+        if result != current and cfg.mode is config.Mode.ACTIVE:
+            if result > current and direction < 0:
+                regrets.append(now)
+            direction = 1 if result > current else -1
         new_state = {
             **new_state,
             "behavior": norm.state.to_dict(),
             "panic_until": panic_until,
             "panics": panics,
+            "regrets": regrets,
+            "direction": direction,
         }
         if not math.isfinite(panic_until):
             new_state.pop("panic_until")
@@ -422,8 +461,12 @@ class EnginePolicy:
             return None
         queued_now = max(0.0, inflight - rate * service_s)
         # Overloaded: the load needs more cores than are ready, or requests queue beyond
-        # a few per thread (a rate window trails a step; the queue shows it at once).
-        if rate * service_s < capacity and queued_now <= QUEUED_PER_THREAD * max(capacity, 1.0):
+        # a few per thread while the load is near capacity (a rate window trails a step;
+        # the queue shows it at once). A queue left behind once capacity is plentiful sits
+        # on the replicas it was routed to: more replicas cannot drain it.
+        load = rate * service_s
+        queue_building = queued_now > QUEUED_PER_THREAD * max(capacity, 1.0)
+        if load < capacity and not (queue_building and load >= NEAR_CAPACITY * capacity):
             state.pop("overload_since", None)
             return None
         since = float(state.setdefault("overload_since", snap.time))

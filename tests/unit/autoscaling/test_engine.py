@@ -368,3 +368,29 @@ def test_repeated_panics_turn_on_burst_memory() -> None:
         {"service_s": 0.02, "behavior": {"recommendations": [[870.0, 10]], "scale_events": []}},
     )[0]
     assert plain.replicas == 5
+
+
+def test_regrowing_after_a_shrink_turns_on_burst_memory() -> None:
+    policy = engine.EnginePolicy(cfg())
+    # Two earlier re-grows (up right after a shrink) within the memory window.
+    state: dict[str, object] = {
+        "service_s": 0.02,
+        "regrets": [700.0, 900.0],
+        "behavior": {"recommendations": [[990.0, 10]], "scale_events": []},
+    }
+    decision, _ = policy.decide(
+        make_snapshot(1000.0, current=10, rps=140.0, cpu_usage_cores=2.8), state
+    )
+    assert decision.replicas == 10
+    assert "burst memory" in decision.detail
+
+
+def test_a_regrow_is_recorded() -> None:
+    policy = engine.EnginePolicy(cfg())
+    state: dict[str, object] = {"service_s": 0.02, "direction": -1}
+    decision, state = policy.decide(
+        make_snapshot(1000.0, current=4, rps=700.0, cpu_usage_cores=14.0), state
+    )
+    assert decision.replicas == 10
+    assert state["regrets"] == [1000.0]
+    assert state["direction"] == 1
