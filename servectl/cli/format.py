@@ -19,25 +19,13 @@ class _Scored(Protocol):
     def recovery_s(self) -> float | None: ...
     @property
     def requests(self) -> int: ...
-    @property
-    def failed(self) -> int: ...
 
 
-SIMULATE_HEADER = [
-    "policy",
-    "",
-    "SLO met",
-    "replica·s",
-    "vs " + "subject",
-    "scale actions",
-    "reversals",
-    "recovery",
-    "failed",
-]
+SIMULATE_HEADER = ["policy", "SLO met", "over SLO", "replica·s", "cost", "scales", "flips", "recover"]
 
 
 def pct(value: float) -> str:
-    return f"{value * 100:.2f}%"
+    return f"{value * 100:.3f}%"
 
 
 def ratio(value: float | None) -> str:
@@ -49,21 +37,22 @@ def seconds(value: float | None) -> str:
 
 
 def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str]]:
+    """One row per policy; ``cost`` is replica-seconds relative to ``subject``."""
     base = results[subject].replica_seconds if subject in results else None
     rows = []
     for name, result in results.items():
         rel = result.replica_seconds / base if base else None
+        over = round(result.requests * (1.0 - result.slo_attainment))
         rows.append(
             [
                 name,
-                "◀" if name == subject else "",
                 pct(result.slo_attainment),
+                f"{over:,}",
                 f"{result.replica_seconds:,.0f}",
                 ratio(rel),
                 str(result.scale_actions),
                 str(result.direction_reversals),
                 seconds(result.recovery_s),
-                f"{result.failed:,}",
             ]
         )
     return rows
