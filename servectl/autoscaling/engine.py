@@ -1,22 +1,24 @@
 """servectl's default policy: signal proposals -> max -> panic -> custom policy -> rails.
 
-One ``decide`` call per tick, a pure function of the snapshot and the persisted state:
+One ``decide`` call per tick, a pure function of the snapshot and the persisted state
+(docs/autoscaling.md has the formulas and a worked example):
 
-1. Learn the load: request rate history (for the trend), mean service time
-   (CPU seconds per request, EWMA) and the service-time quantile behind the latency
-   target (observed latency minus the modelled queueing wait, EWMA).
-2. One proposal per configured signal (``signals``); the largest wins and is recorded
-   with its reason, like HPA's multi-metric max.
+1. Learn the load: request-rate history (trend), mean service time (CPU seconds per
+   request, EWMA, unsaturated ticks only), the latency target's wait budget (Erlang C
+   shape, scale learnt by feedback, never from transients), and while overloaded the
+   arrival rate from the queue's growth.
+2. One proposal per configured signal (``signals``), plus ``backlog`` while overloaded
+   (load + draining the queue new capacity will find); the largest wins and is recorded.
 3. Tolerance: a proposal within ``tolerance`` of the current count is ignored.
-4. Missing metrics never shrink anything (DESIGN §4 rule 8): with no usable signal the
-   count holds; with some signals missing it may only grow.
-5. Panic: when the ready replicas face at least their whole capacity, or the winner
-   asks for ``panic_threshold`` x the ready count, scale straight to the proposal
-   (no up rate limit) and forbid scale-down for ``panic_hold_s``.
-6. A custom CEL policy, if any, sees ``recommended`` and returns the count; its errors
-   fall back to the recommendation with reason POLICY_ERROR.
-7. The rails (``behavior``): stabilization windows, rate limits, min/max.
-8. ``mode: recommend`` records the decision and keeps the current count.
+4. Missing metrics never shrink anything (DESIGN §4 rule 8).
+5. Panic: overloaded, a 2x burst or nothing ready -> straight to the proposal (no up rate
+   limit) and no scale-down for ``panic_hold_s``, extended while requests stay queued.
+6. Burst memory: repeated panics or re-grows stretch the scale-down window.
+7. A custom CEL policy, if any, sees ``recommended``; its errors fall back to the
+   recommendation with reason POLICY_ERROR.
+8. The rails (``behavior``): stabilization windows, rate limits, min/max. A temporary
+   drain overshoot or panic hold is kept out of the scale-down memory.
+9. ``mode: recommend`` records the decision and keeps the current count.
 """
 
 from __future__ import annotations

@@ -21,7 +21,16 @@ class _Scored(Protocol):
     def requests(self) -> int: ...
 
 
-SIMULATE_HEADER = ["policy", "SLO met", "over SLO", "replica·s", "cost", "scales", "flips", "recover"]
+SIMULATE_HEADER = [
+    "policy",
+    "SLO met",
+    "over SLO",
+    "replica·s",
+    "cost",
+    "scales",
+    "flips",
+    "recover",
+]
 
 
 def pct(value: float) -> str:

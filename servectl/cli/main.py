@@ -91,7 +91,10 @@ def simulate(
     ] = None,
     policy: Annotated[str, typer.Option(help="The policy under test.")] = "servectl",
     compare: Annotated[
-        str, typer.Option(help="Comma-separated policies to run beside it (servectl, hpa, kpa, oracle).")
+        str,
+        typer.Option(
+            help="Comma-separated policies to run beside it (servectl, hpa, kpa, oracle)."
+        ),
     ] = "hpa,kpa,oracle",
     plot: Annotated[
         Path | None, typer.Option(help="Write a PNG timeline (load, replicas, p99 vs SLO) here.")

@@ -157,9 +157,7 @@ def test_a_library_panic_while_evaluating_is_a_runtime_error(
     monkeypatch.setattr(cel, "Context", raising(PanicException("attempt to overflow")))
     with pytest.raises(cel_policy.PolicyRuntimeError) as info:
         policy.evaluate(SNAP, 4)
-    assert info.value.message == (
-        "evaluation failed inside the CEL library: attempt to overflow"
-    )
+    assert info.value.message == ("evaluation failed inside the CEL library: attempt to overflow")
 
 
 def test_an_interrupt_is_never_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
