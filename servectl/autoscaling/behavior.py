@@ -124,27 +124,46 @@ def _changes_in_period(
     return added, removed
 
 
+def _period_limits(
+    current: int,
+    now: float,
+    rules: config.ScalingRules,
+    events: Iterable[tuple[float, int]],
+    direction: int,
+) -> list[int]:
+    """Each rate policy's bound in ``direction`` (+1 up, -1 down) from its period's start.
+
+    The period's start count is ``current - added + removed`` in both directions.
+    """
+    events = tuple(events)
+    limits: list[int] = []
+    for policy in rules.policies:
+        added, removed = _changes_in_period(events, now, policy.period_s)
+        start = current - added + removed
+        if policy.type is config.RateType.PODS:
+            limits.append(start + direction * policy.value)
+        elif direction > 0:
+            limits.append(math.ceil(start * (1 + policy.value / 100)))
+        else:
+            # int32(float64(start) * (1 - value/100)): truncation toward zero, not floor.
+            limits.append(int(start * (1 - policy.value / 100)))
+    return limits
+
+
 def scale_up_limit(
     current: int, now: float, rules: config.ScalingRules, events: Iterable[tuple[float, int]]
 ) -> int:
     """Largest count the scale-up policies allow now.
 
-    ``calculateScaleUpLimitWithScalingRules`` in horizontal.go.
+    ``calculateScaleUpLimitWithScalingRules`` in horizontal.go: select Max takes the policy
+    allowing the most change (the largest bound), Min the least.
     """
     if rules.select is config.SelectPolicy.DISABLED:
         return current
-    events = tuple(events)
-    proposals: list[int] = []
-    for policy in rules.policies:
-        added, removed = _changes_in_period(events, now, policy.period_s)
-        start = current - added + removed
-        if policy.type is config.RateType.PODS:
-            proposals.append(start + policy.value)
-        else:
-            proposals.append(math.ceil(start * (1 + policy.value / 100)))
-    if not proposals:
+    limits = _period_limits(current, now, rules, events, +1)
+    if not limits:
         return current
-    return max(proposals) if rules.select is config.SelectPolicy.MAX else min(proposals)
+    return max(limits) if rules.select is config.SelectPolicy.MAX else min(limits)
 
 
 def scale_down_limit(
@@ -152,23 +171,15 @@ def scale_down_limit(
 ) -> int:
     """Smallest count the scale-down policies allow now.
 
-    ``calculateScaleDownLimitWithBehaviors`` in horizontal.go.
+    ``calculateScaleDownLimitWithBehaviors`` in horizontal.go: select Max takes the policy
+    allowing the most change (the smallest bound), Min the least.
     """
     if rules.select is config.SelectPolicy.DISABLED:
         return current
-    events = tuple(events)
-    proposals: list[int] = []
-    for policy in rules.policies:
-        added, removed = _changes_in_period(events, now, policy.period_s)
-        start = current - added + removed
-        if policy.type is config.RateType.PODS:
-            proposals.append(start - policy.value)
-        else:
-            # int32(float64(start) * (1 - value/100)): truncation toward zero, not floor.
-            proposals.append(int(start * (1 - policy.value / 100)))
-    if not proposals:
+    limits = _period_limits(current, now, rules, events, -1)
+    if not limits:
         return current
-    return min(proposals) if rules.select is config.SelectPolicy.MAX else max(proposals)
+    return min(limits) if rules.select is config.SelectPolicy.MAX else max(limits)
 
 
 def normalize(
