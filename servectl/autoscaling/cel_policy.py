@@ -407,6 +407,7 @@ def _compile_cached(expr: str) -> CompiledPolicy:
         if type(error).__name__ != "PanicException":
             raise
         raise PolicyCompileError(f"does not compile: {error}") from None
+    _reject_struct_literals(expr)
     try:
         analysis = _analyse(expr, program)
     except PolicyCompileError:
@@ -414,6 +415,30 @@ def _compile_cached(expr: str) -> CompiledPolicy:
     except Exception as error:
         raise PolicyCompileError(f"could not analyse the expression: {error}") from None
     return CompiledPolicy(expr, program, analysis)
+
+
+_KEYWORDS: Final = frozenset({"in", "true", "false", "null"})
+_STRUCT_LITERAL: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\{")
+
+
+def _reject_struct_literals(expr: str) -> None:
+    """``Name{...}`` (a CEL message literal) compiles but can never run here: no message
+    types are declared, so every evaluation would fail. Refuse it at compile time."""
+    match = next(
+        (m for m in _STRUCT_LITERAL.finditer(_code_only(expr)) if m.group(1) not in _KEYWORDS),
+        None,
+    )
+    if match is None:
+        return
+    before = expr[: match.start()]
+    line = before.count("\n") + 1
+    column = match.start() - (before.rfind("\n") + 1) + 1
+    raise PolicyCompileError(
+        f"`{match.group(1)}{{...}}` builds a message type, which policies cannot use; "
+        'return a map instead, e.g. {"replicas": recommended, "reason": "WHY"}',
+        line,
+        column,
+    )
 
 
 # ----------------------------------------------------------------------------- activation

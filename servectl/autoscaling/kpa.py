@@ -334,7 +334,7 @@ def from_config(cfg: config.AutoscalingConfig) -> KPAPolicy:
             )
     have = ", ".join(s.type.value for s in cfg.signals) or "none"
     raise ValueError(
-        "the kpa baseline scales on concurrency only: add a concurrency signal target "
-        "(in-flight requests per replica, e.g. SignalTarget(SignalType.CONCURRENCY, 4.0)) "
-        f"to the config's signals (have: {have})"
+        "the kpa baseline scales on concurrency only: add a concurrency signal "
+        "(spec.autoscaling.signals: {type: concurrency, targetPerReplica: N}, N = in-flight "
+        f"requests per replica) (have: {have})"
     )

@@ -73,6 +73,8 @@ def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | 
             )
         trace = suite[chosen]
     if minutes is not None:
+        if minutes * 60 < 1:
+            raise fail(f"--minutes {minutes:g}: simulate at least one second, e.g. --minutes 5")
         trace = traces.truncate(trace, int(minutes * 60))
     return trace
 
@@ -102,7 +104,7 @@ def simulate(
     minutes: Annotated[
         float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for arrivals and service times.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for arrivals and service times.")] = 0,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON record per policy.")
     ] = False,
@@ -181,7 +183,7 @@ def bench(
     policies_opt: Annotated[
         str, typer.Option("--policies", help="Comma-separated policies.")
     ] = "servectl,hpa,kpa,oracle",
-    seed: Annotated[int, typer.Option(help="Seed for the suite and the arrivals.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for the suite and the arrivals.")] = 0,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON record per trace x policy on stdout.")
     ] = False,
@@ -277,7 +279,10 @@ def _micro_bench(as_json: bool) -> None:
 
 
 def _read_json_documents(path: Path) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as exc:
+        raise fail(f"{path}: cannot read it ({exc.strerror or exc})") from exc
     stripped = text.strip()
     if not stripped:
         raise fail(f"{path}: empty; expected a snapshot JSON object (see docs/snapshot.md)")
@@ -296,8 +301,25 @@ def _read_json_documents(path: Path) -> list[dict[str, Any]]:
                 ) from exc
         return docs
     if isinstance(doc, list):
+        if not doc:
+            raise fail(f"{path}: an empty trace; give at least one snapshot (docs/snapshot.md)")
         return doc
     return [doc]
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text())
+    except OSError as exc:
+        raise fail(f"--state {path}: cannot read it ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise fail(f"--state {path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(state, dict):
+        raise fail(
+            f"--state {path}: expected a JSON object (the `state` printed by "
+            "`servectl policy eval --show-state`)"
+        )
+    return state
 
 
 def _parse_params(params: list[str]) -> dict[str, float]:
@@ -350,6 +372,7 @@ def policy_eval(
         servectl policy eval docs/examples/snapshot.json --policy-file policies/latency-slo.yaml
     """
     from servectl.autoscaling import registry, snapshot
+    from servectl.autoscaling.config import SignalTarget, SignalType
 
     docs = _read_json_documents(snapshot_file)
     snaps = []
@@ -364,11 +387,18 @@ def policy_eval(
         # Without a spec, the snapshot's bounds are the policy's bounds.
         first = snaps[0].replicas
         cfg = dataclasses.replace(cfg, min_replicas=first.min, max_replicas=first.max)
+    if policy == "kpa" and not any(t.type is SignalType.CONCURRENCY for t in cfg.signals):
+        # KPA scales on concurrency only; without a target, Knative's own default applies
+        # (container-concurrency-target-default: 100 in-flight requests per replica).
+        cfg = dataclasses.replace(
+            cfg, signals=(*cfg.signals, SignalTarget(SignalType.CONCURRENCY, 100.0))
+        )
+        err.print("kpa: no concurrency target given; using Knative's default of 100 per replica")
     try:
         chosen = registry.build(policy, cfg, custom)
     except (registry.UnknownPolicyError, ValueError) as exc:
         raise fail(f"--policy: {exc}") from exc
-    state = json.loads(state_file.read_text()) if state_file else None
+    state = _read_state(state_file) if state_file else None
     steps = registry.replay(chosen, snaps, state)
     for step in steps:
         record: dict[str, Any] = {

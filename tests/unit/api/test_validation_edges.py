@@ -99,6 +99,21 @@ def test_a_server_set_timestamp_with_a_zone_is_accepted(edit: Edit) -> None:
     assert service.metadata.creation_timestamp.year == 2025
 
 
+def test_an_unquoted_whole_cpu_count_and_a_canary_scale_load(edit: Edit) -> None:
+    service = validation.load_model_service(
+        edit(
+            {
+                "spec.runtime.resources.cpu": 4,
+                "spec.rollout.steps[0]": {"setCanaryScale": {"replicas": 2}},
+            }
+        )
+    )
+    assert service.spec.runtime.resources.cpu_cores() == 4.0
+    assert service.spec.rollout is not None
+    canary_scale = service.spec.rollout.steps[0].set_canary_scale
+    assert canary_scale is not None and canary_scale.replicas == 2
+
+
 def test_an_unquoted_yaml_date_is_reported_as_a_date() -> None:
     # YAML reads `name: 2024-01-01` as a date, not a string: say so, and say to quote it.
     doc = yaml.safe_load(
