@@ -116,9 +116,11 @@ class EnginePolicy:
             float(cfg.threads_per_replica),
         )
         service_s = state.get("service_s")
-        usage = sig.cpu_usage_cores
-        if usage is None and sig.cpu_utilization is not None and snap.replicas.ready > 0:
-            usage = sig.cpu_utilization / 100.0 * snap.replicas.ready * request_cores
+        usage = (
+            signals.usage_cores(sig, snap.replicas.ready, request_cores)
+            if sig.cpu_usage_cores is not None or snap.replicas.ready > 0
+            else None
+        )
         capacity = snap.replicas.ready * request_cores
         saturated = usage is not None and usage >= SATURATED * capacity
         if usage is not None and sig.rps is not None and sig.rps > 1.0 and not saturated:
@@ -181,9 +183,7 @@ class EnginePolicy:
         if service_s is None or inflight is None or not previous:
             return None
         capacity = snap.replicas.ready * request_cores
-        usage = snap.signals.cpu_usage_cores
-        if usage is None and snap.signals.cpu_utilization is not None:
-            usage = snap.signals.cpu_utilization / 100.0 * capacity
+        usage = signals.usage_cores(snap.signals, snap.replicas.ready, request_cores)
         if usage is None:
             return None
         in_service = min((snap.signals.rps or 0.0) * service_s, capacity)
@@ -342,7 +342,7 @@ class EnginePolicy:
                 desired, reason = current, Reason.METRICS_MISSING
                 detail = f"{', '.join(missing)} missing: never shrink on partial metrics"
 
-        if in_panic_before := now < panic_until:
+        if now < panic_until:
             # While requests are still queued, extra replicas keep new requests away
             # from the backlogged ones (round robin gives each 1/n): hold the panic.
             inflight = snap.signals.concurrency
@@ -350,7 +350,7 @@ class EnginePolicy:
                 queued = inflight - demand.rate * demand.service_s
                 if queued > QUEUED_PER_THREAD * max(ready * demand.request_cores, 1.0):
                     panic_until = max(panic_until, now + 2 * cfg.period_s)
-        in_panic = in_panic_before and now < panic_until
+        in_panic = now < panic_until  # the hold above only ever extends a panic
         recommended = desired
         new_state = state
         if self.custom is not None:

@@ -79,11 +79,17 @@ def signal_name(target: config.SignalTarget) -> str:
     return target.type.value
 
 
+def usage_cores(sig: snapshot.Signals, replicas: int, request_cores: float) -> float | None:
+    """CPU in use, in cores: the usage signal, else utilization x ``replicas`` x request."""
+    if sig.cpu_usage_cores is not None:
+        return sig.cpu_usage_cores
+    if sig.cpu_utilization is None:
+        return None
+    return sig.cpu_utilization / 100.0 * replicas * request_cores
+
+
 def _cpu(target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand) -> Proposal | None:
-    sig = snap.signals
-    usage = sig.cpu_usage_cores
-    if usage is None and sig.cpu_utilization is not None:
-        usage = sig.cpu_utilization / 100.0 * max(snap.replicas.ready, 1) * demand.request_cores
+    usage = usage_cores(snap.signals, max(snap.replicas.ready, 1), demand.request_cores)
     if usage is None:
         return None
     demand_cores = usage * demand.growth
