@@ -750,6 +750,32 @@ class SetCanaryScale(SpecModel):
         return self
 
 
+BUILTIN_ANALYSIS_METRICS: Mapping[str, str] = {
+    "errorRate": "failed requests / requests of the revision (0-1)",
+    "successRate": "1 - errorRate",
+    "requestRate": "requests per second the revision served",
+    "latencyP<N>": "latency percentile N in ms from TF Serving's histogram, e.g. latencyP99",
+    "modelAvailable": "1 when TF Serving reports the version AVAILABLE, else 0 (the probe)",
+}
+"""Metrics an analysis check may name without a ``query``."""
+
+_LATENCY_METRIC = re.compile(r"^latencyP([0-9]{1,2}(?:\.[0-9]+)?)$")
+
+
+def latency_metric_percentile(metric: str) -> float | None:
+    """``latencyP99`` -> 99.0, ``latencyP99.9`` -> 99.9; None if not a latency metric."""
+    found = _LATENCY_METRIC.match(metric)
+    if found is None:
+        return None
+    percentile = float(found.group(1))
+    return percentile if 0 < percentile < 100 else None
+
+
+def is_builtin_metric(metric: str) -> bool:
+    """Whether ``metric`` is computed by servectl itself (no ``query`` needed)."""
+    return metric in BUILTIN_ANALYSIS_METRICS or latency_metric_percentile(metric) is not None
+
+
 class AnalysisCheck(SpecModel):
     """One pass/fail rule on a canary metric; at least one bound."""
 

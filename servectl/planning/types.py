@@ -1,0 +1,89 @@
+"""What the coordination loop observes and what it decides: the values that cross the
+boundary between a backend (sim, local, kubernetes) and the pure decision code.
+
+A backend builds an :class:`Observed` once per reconcile cycle; the decision code
+(``servectl.planning.loop``) returns a :class:`Plan`, which the backend applies: each
+revision's replica count, the weights, and the header route of an A/B test.
+
+Weights are integer percents of the traffic that no header route claims; they sum to 100
+over the revisions listed (a revision not listed has weight 0 and no replicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servectl.autoscaling.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Counters:
+    """One revision's cumulative counters as of a scrape (Prometheus ``increase()`` input).
+
+    ``latency_buckets`` are per-bucket counts (not cumulative across buckets) of TF
+    Serving's ``request_latency`` histogram (µs), one per bound of the bucket layout the
+    backend reports in :attr:`Observed.latency_bounds_us` plus the +Inf bucket.
+    """
+
+    time: float
+    requests: float
+    errors: float
+    cpu_seconds: float
+    latency_buckets: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ObservedRevision:
+    """One revision (one model version, its own pods) as the backend sees it now."""
+
+    name: str
+    version: int
+    desired: int  # replicas last applied
+    ready: int  # ready replicas that take requests
+    starting: int = 0  # created, not ready yet
+    draining: int = 0  # leaving: no new requests, finishing in-flight ones
+    weight: int = 0  # percent applied at the router now
+    available: bool = False  # TF Serving reports the version AVAILABLE on a ready replica
+    snapshot: Snapshot | None = None  # its own windowed signals (None: no metrics)
+    counters: Counters | None = None  # cumulative counters (None: metrics missing)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The whole service, once per cycle."""
+
+    time: float
+    service: Snapshot  # all revisions together: what the autoscaler sees
+    revisions: tuple[ObservedRevision, ...]
+    header_revision: str | None = None  # where A/B-matched requests go now (None: no route)
+    latency_bounds_us: tuple[float, ...] = ()  # finite bucket bounds of Counters.latency_buckets
+    metrics_ok: bool = True  # False: scrapes stale or missing (rule 8)
+
+    def revision(self, name: str) -> ObservedRevision | None:
+        return next((r for r in self.revisions if r.name == name), None)
+
+
+@dataclass(frozen=True)
+class RevisionPlan:
+    """What one revision should be. ``reason`` is a CamelCase code, ``message`` words."""
+
+    name: str
+    version: int
+    replicas: int
+    weight: int
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One cycle's decision for the whole service."""
+
+    revisions: tuple[RevisionPlan, ...]
+    header_revision: str | None = None
+    phase: str = "Idle"  # the rollout phase after this cycle
+    message: str = ""
+    events: tuple[str, ...] = field(default_factory=tuple)  # what changed, in words
+
+    def revision(self, name: str) -> RevisionPlan | None:
+        return next((r for r in self.revisions if r.name == name), None)

@@ -1,0 +1,1 @@
+"""Pure: the rollout state machine and analysis verdicts."""
