@@ -6,4 +6,5 @@ Modules (import the module, not its names):
     models      pydantic models of the documents; AutoscalingSpec.to_config() -> engine config
     validation  load_model_service / load_scaling_policy / load_document -> model or SpecError
     crd         generate_crds(): structural CRDs derived from the models; the field reference
+    conditions  analysis checks: compile_condition / evaluate_condition (CEL), render_query
 """

@@ -303,7 +303,10 @@ def _type_label(node: Schema) -> str:
 
 def _default_label(node: Schema) -> str:
     if "default" in node:
-        return f"`{node['default']}`" if node["default"] != "" else '`""`'
+        default = node["default"]
+        if isinstance(default, bool):
+            return f"`{str(default).lower()}`"
+        return f"`{default}`" if default != "" else '`""`'
     return ""
 
 

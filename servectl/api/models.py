@@ -17,6 +17,7 @@ those into ``SpecError`` issues with exact paths. Load documents through
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 from collections.abc import Mapping
@@ -32,11 +33,13 @@ from pydantic import (
     Field,
     Strict,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from servectl.api import conditions
 from servectl.autoscaling import config
 
 GROUP = "servectl.io"
@@ -703,7 +706,8 @@ class AutoscalingSpec(SpecModel):
 
 
 # ----------------------------------------------------------------------------- spec.rollout
-# Shape only: the rollout state machine (a later issue) gives these their meaning.
+# The rules here teach the strategies' shapes (docs/resource-model.md, "Rollouts");
+# servectl.rollout runs them.
 
 
 class RolloutStrategy(enum.StrEnum):
@@ -776,21 +780,79 @@ def is_builtin_metric(metric: str) -> bool:
     return metric in BUILTIN_ANALYSIS_METRICS or latency_metric_percentile(metric) is not None
 
 
+# Bounded lengths keep the CRD's CEL rules over these strings within the API server's
+# cost budget (checks repeat in every step).
+METRIC_NAME_MAX = 128
+QUERY_MAX = 4096
+_BUILTIN_NAMES = [name for name in BUILTIN_ANALYSIS_METRICS if name != "latencyP<N>"]
+# The latency metrics is_builtin_metric accepts among CEL identifiers: latencyP1 .. latencyP99.
+_LATENCY_METRIC_CEL = "^latencyP(0?[1-9]|[1-9][0-9])$"
+BUILTIN_METRICS_TEXT = ", ".join(
+    "latencyP<N> (latencyP50, latencyP99, ...)" if name == "latencyP<N>" else name
+    for name in BUILTIN_ANALYSIS_METRICS
+)
+"""The built-in metrics, as error messages list them."""
+
+
+def _builtin_metric_rule(field: str) -> str:
+    """CEL: ``self.<field>`` is a built-in metric (as is_builtin_metric decides)."""
+    names = ", ".join(f"'{name}'" for name in _BUILTIN_NAMES)
+    return f"self.{field} in [{names}] || self.{field}.matches('{_LATENCY_METRIC_CEL}')"
+
+
+_CONDITION_FIX = (
+    "write a CEL expression over value and stable (doubles) that is true when the check "
+    "passes, e.g. value < 0.01 || value < stable * 1.2"
+)
+_QUERY_EXAMPLE = 'sum(rate(my_failures_total{revision="{{revision}}"}[1m]))'
+
+
 class AnalysisCheck(SpecModel):
-    """One pass/fail rule on a canary metric; at least one bound."""
+    """One pass/fail rule on a metric of the judged revision; at least one bound.
+
+    ``value`` is the metric for the judged revision (canary, preview or variant B); every
+    bound given must hold, and ``condition`` must return true.
+    """
 
     model_config = cel_rules(
         (
             "has(self.max) || has(self.min) || has(self.maxRatioToStable)"
-            " || has(self.minRatioToStable)",
-            "a check needs max, min, maxRatioToStable or minRatioToStable",
-        )
+            " || has(self.minRatioToStable) || has(self.condition)",
+            "a check needs max, min, maxRatioToStable, minRatioToStable or condition",
+        ),
+        (
+            "has(self.query) || " + _builtin_metric_rule("metric"),
+            "metric must be a built-in (" + BUILTIN_METRICS_TEXT + ") unless query is given",
+        ),
+        (
+            "!has(self.query) || self.query.contains('{{revision}}')",
+            "query must select the revision with {{revision}}",
+        ),
+        (
+            "!has(self.min) || !has(self.max) || self.min <= self.max",
+            "min must not exceed max",
+        ),
+        (
+            "!has(self.minRatioToStable) || !has(self.maxRatioToStable)"
+            " || self.minRatioToStable <= self.maxRatioToStable",
+            "minRatioToStable must not exceed maxRatioToStable",
+        ),
     )
 
     metric: str = Field(
+        max_length=METRIC_NAME_MAX,
         pattern=CEL_IDENTIFIER,
-        description="Metric name, e.g. errorRate, latencyP99.",
+        description="Metric name: a built-in (" + BUILTIN_METRICS_TEXT + "), or any name "
+        "for the value of query.",
         examples=["errorRate"],
+    )
+    query: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=QUERY_MAX,
+        description="PromQL giving the metric's value for one revision; placeholders "
+        "{{revision}}, {{service}}, {{namespace}}. Omitted: metric must be a built-in.",
+        examples=[_QUERY_EXAMPLE],
     )
     max: Number | None = Field(default=None, description="Fail above this value.")
     min: Number | None = Field(default=None, description="Fail below this value.")
@@ -800,16 +862,80 @@ class AnalysisCheck(SpecModel):
     min_ratio_to_stable: Number | None = Field(
         default=None, gt=0, description="Fail below this multiple of the stable revision's value."
     )
+    condition: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=conditions.MAX_CONDITION_CHARS,
+        description="CEL over value and stable (doubles; stable absent when unknown, and a "
+        "condition that needs it is then Inconclusive) returning true to pass.",
+        examples=["value < 0.01 || value < stable * 1.2"],
+    )
+
+    @field_validator("condition")
+    @classmethod
+    def _condition_compiles(cls, condition: str | None) -> str | None:
+        if condition is None:
+            return None
+        try:
+            conditions.compile_condition(condition)
+        except conditions.ConditionCompileError as error:
+            where = f" at {error.line}:{error.column}" if error.line is not None else ""
+            raise spec_error(
+                f"condition does not compile{where}: {error.message}", fix=_CONDITION_FIX
+            ) from None
+        return condition
+
+    @field_validator("query")
+    @classmethod
+    def _known_placeholders(cls, query: str | None) -> str | None:
+        if query is None:
+            return None
+        allowed = ", ".join(f"{{{{{name}}}}}" for name in conditions.QUERY_PLACEHOLDERS)
+        for name in conditions.placeholders(query):
+            if name not in conditions.QUERY_PLACEHOLDERS:
+                close = difflib.get_close_matches(name.strip(), conditions.QUERY_PLACEHOLDERS, 1)
+                hint = f"did you mean {{{{{close[0]}}}}}? " if close else ""
+                raise spec_error(
+                    f"unknown placeholder {{{{{name}}}}} in query",
+                    fix=f"{hint}placeholders: {allowed}",
+                )
+        if "revision" not in conditions.placeholders(query):
+            raise spec_error(
+                "the query does not select a revision, so every revision would get the same value",
+                fix=f"filter by {{{{revision}}}}, e.g. {_QUERY_EXAMPLE}",
+            )
+        return query
 
     @model_validator(mode="after")
-    def _has_bound(self) -> Self:
+    def _consistent(self) -> Self:
+        if self.query is None and not is_builtin_metric(self.metric):
+            raise spec_error(
+                f"unknown metric {self.metric!r}; built-in metrics: {BUILTIN_METRICS_TEXT}",
+                field=("metric",),
+                fix="use a built-in metric, or add query: '<PromQL>' to define a custom metric",
+            )
         bounds = (self.max, self.min, self.max_ratio_to_stable, self.min_ratio_to_stable)
-        if all(bound is None for bound in bounds):
+        if all(bound is None for bound in bounds) and self.condition is None:
             raise spec_error(
                 f"check on {self.metric} has no bound",
                 field=("max",),
-                fix="add max, min, maxRatioToStable or minRatioToStable",
+                fix="add max, min, maxRatioToStable, minRatioToStable or condition",
             )
+        for low, high, low_name, high_name in (
+            (self.min, self.max, "min", "max"),
+            (
+                self.min_ratio_to_stable,
+                self.max_ratio_to_stable,
+                "minRatioToStable",
+                "maxRatioToStable",
+            ),
+        ):
+            if low is not None and high is not None and low > high:
+                raise spec_error(
+                    f"{low_name} ({low:g}) is above {high_name} ({high:g}): no value passes",
+                    field=(low_name,),
+                    fix=f"set {low_name} <= {high_name}",
+                )
         return self
 
 
@@ -823,6 +949,13 @@ class AnalysisSpec(SpecModel):
         default=100,
         ge=1,
         description="Requests needed before a check can pass or fail (else Inconclusive).",
+    )
+    max_extensions: Int | None = Field(
+        default=None,
+        ge=0,
+        description="How many times an Inconclusive analysis (too few samples) extends the "
+        "step by one interval before the rollout pauses and asks for load; omitted: keep "
+        "extending.",
     )
     checks: list[AnalysisCheck] = Field(
         default_factory=list, max_length=20, description="All must pass for a step to pass."
@@ -855,7 +988,7 @@ class RolloutStep(SpecModel):
     )
     pause: PauseStep | None = Field(default=None, description="Hold the weights.")
     analysis: StepAnalysis | None = Field(
-        default=None, description="Judge the canary; proceed on pass, abort on fail."
+        default=None, description="Judge the new revision; proceed on pass, abort on fail."
     )
     set_canary_scale: SetCanaryScale | None = Field(
         default=None, description="Size the canary apart from its weight."
@@ -909,17 +1042,129 @@ class TrafficMatch(SpecModel):
         return self
 
 
-class AbTestSpec(SpecModel):
-    """The A/B split: matching requests go to the new revision, the rest to stable."""
+# Built-in metrics whose better direction is not a matter of taste.
+_LOWER_IS_BETTER = ("errorRate", "latencyP<N>")
+_HIGHER_IS_BETTER = ("successRate",)
 
-    match: TrafficMatch = Field(description="Which requests see the new revision.")
+
+class AbTestSpec(SpecModel):
+    """The A/B split: matching requests go to B (the new revision), the rest to A (stable)."""
+
+    model_config = cel_rules(
+        (
+            "!has(self.winnerMetric) || " + _builtin_metric_rule("winnerMetric"),
+            "winnerMetric must be a built-in metric (" + BUILTIN_METRICS_TEXT + ")",
+        ),
+        (
+            "!has(self.winnerMetric) || self.winnerMetric != 'successRate'"
+            " || (has(self.higherIsBetter) && self.higherIsBetter)",
+            "successRate needs higherIsBetter: true",
+        ),
+        (
+            "!has(self.higherIsBetter) || !self.higherIsBetter || (has(self.winnerMetric)"
+            " && self.winnerMetric != 'errorRate' && !self.winnerMetric.startsWith('latencyP'))",
+            "errorRate and latency are better lower: remove higherIsBetter",
+        ),
+    )
+
+    match: TrafficMatch = Field(description="Which requests see B, the new revision.")
+    duration_seconds: Int = Field(
+        default=600, ge=1, description="How long both variants serve before the winner is picked."
+    )
+    winner_metric: str = Field(
+        default="errorRate",
+        max_length=METRIC_NAME_MAX,
+        pattern=CEL_IDENTIFIER,
+        description="Built-in metric that picks the winner (" + BUILTIN_METRICS_TEXT + ").",
+        examples=["latencyP99"],
+    )
+    higher_is_better: Bool = Field(
+        default=False, description="Whether a higher winnerMetric wins (true for successRate)."
+    )
+    promote_winner: Bool = Field(
+        default=True,
+        description="Promote B when it wins; when A wins B is removed. false: wait for "
+        "`servectl rollout promote` or abort either way.",
+    )
+
+    @model_validator(mode="after")
+    def _winner_metric(self) -> Self:
+        metric = self.winner_metric
+        if not is_builtin_metric(metric):
+            raise spec_error(
+                f"unknown winnerMetric {metric!r}; built-in metrics: {BUILTIN_METRICS_TEXT}",
+                field=("winnerMetric",),
+                fix="pick the winner on a built-in metric, e.g. winnerMetric: latencyP99",
+            )
+        lower_is_better = metric == "errorRate" or latency_metric_percentile(metric) is not None
+        if self.higher_is_better and lower_is_better:
+            raise spec_error(
+                f"higherIsBetter: true would pick the variant with the higher {metric}",
+                field=("higherIsBetter",),
+                fix=f"remove higherIsBetter ({metric} is better lower)",
+            )
+        if metric in _HIGHER_IS_BETTER and not self.higher_is_better:
+            raise spec_error(
+                f"{metric} is better higher, but higherIsBetter is false",
+                field=("higherIsBetter",),
+                fix="set higherIsBetter: true",
+            )
+        return self
+
+
+class BlueGreenSpec(SpecModel):
+    """Blue-green: the new revision (the preview) comes up at full size, then all traffic
+    switches to it at once."""
+
+    auto_promote: Bool = Field(
+        default=True,
+        description="Switch once the steps pass; false: wait at the preview until "
+        "`servectl rollout promote`.",
+    )
+    scale_down_delay_seconds: Int = Field(
+        default=30,
+        ge=0,
+        description="The old revision stays at full size this long after the switch, so a "
+        "rollback is instant.",
+    )
+    preview_header: HeaderMatch | None = Field(
+        default=None,
+        description="Requests carrying this header reach the preview before the switch. "
+        "Omitted: the preview gets no user traffic.",
+    )
 
 
 class SurgeBudget(SpecModel):
     """Extra capacity a rollout may hold above the steady-state size."""
 
+    model_config = cel_rules(
+        (
+            "(has(self.gpus) && self.gpus > 0) || (has(self.replicas) && self.replicas > 0)",
+            "a surge budget of 0 leaves no room to start the new revision",
+        )
+    )
+
     gpus: Int | None = Field(default=None, ge=0, description="Extra GPUs at most.")
     replicas: Int | None = Field(default=None, ge=0, description="Extra replicas at most.")
+
+    @model_validator(mode="after")
+    def _has_room(self) -> Self:
+        if not any(limit for limit in (self.gpus, self.replicas)):
+            raise spec_error(
+                "a surge budget of 0 leaves no room to start the new revision before moving "
+                "traffic",
+                field=(
+                    ("replicas",)
+                    if self.replicas is not None
+                    else ("gpus",)
+                    if self.gpus is not None
+                    else ()
+                ),
+                fix="allow at least one extra replica, e.g. surgeBudget: {replicas: 2} "
+                "(gpus: 2 on GPU replicas), or remove surgeBudget for no limit beyond "
+                "maxReplicas",
+            )
+        return self
 
 
 class RolloutSpec(SpecModel):
@@ -929,32 +1174,85 @@ class RolloutSpec(SpecModel):
         (
             "!has(self.strategy) || self.strategy != 'abTest' || has(self.abTest)",
             "strategy abTest needs abTest.match",
-        )
+        ),
+        (
+            "!has(self.abTest) || (has(self.strategy) && self.strategy == 'abTest')",
+            "abTest settings need strategy: abTest",
+        ),
+        (
+            "!has(self.blueGreen) || (has(self.strategy) && self.strategy == 'blueGreen')",
+            "blueGreen settings need strategy: blueGreen",
+        ),
+        (
+            "!has(self.strategy) || self.strategy != 'abTest' || !has(self.steps)"
+            " || size(self.steps) == 0",
+            "an abTest runs for abTest.durationSeconds; remove steps",
+        ),
+        (
+            "!has(self.strategy) || self.strategy != 'blueGreen' || !has(self.steps)"
+            " || self.steps.all(s, !has(s.setWeight) && !has(s.setCanaryScale))",
+            "blueGreen steps are pause and analysis only",
+        ),
+        (
+            "!has(self.strategy) || self.strategy != 'blueGreen' || !has(self.surgeBudget)",
+            "blueGreen needs a full second fleet; use canary with surgeBudget",
+        ),
+        (
+            # isSorted() is in the Kubernetes CEL list library.
+            "!has(self.steps)"
+            " || self.steps.filter(s, has(s.setWeight)).map(s, s.setWeight).isSorted()",
+            "canary weights only go up; to send traffic back, abort",
+        ),
     )
 
     strategy: RolloutStrategy = Field(
         default=RolloutStrategy.CANARY, description="canary, abTest or blueGreen."
     )
     steps: list[RolloutStep] = Field(
-        default_factory=list, max_length=100, description="Executed in order."
+        default_factory=list,
+        max_length=100,
+        description="Executed in order. canary: any step kinds, setWeight only going up; "
+        "blueGreen: pause and analysis only (against the preview); abTest: none.",
     )
     analysis: AnalysisSpec | None = Field(default=None, description="Defaults for analysis steps.")
     ab_test: AbTestSpec | None = Field(default=None, description="Required for strategy abTest.")
+    blue_green: BlueGreenSpec | None = Field(
+        default=None, description="For strategy blueGreen; omitted: the defaults."
+    )
     drain_seconds: Int = Field(
         default=30, ge=0, description="Wait after a route change before shrinking the giver."
     )
     surge_budget: SurgeBudget | None = Field(
         default=None, description="Omitted: no limit beyond maxReplicas."
     )
+    progress_deadline_seconds: Int = Field(
+        default=600,
+        ge=1,
+        description="Longest wait for the new revision's capacity to become ready at a step; "
+        "time spent on autoscaling-driven waits where replicas keep becoming ready, pauses "
+        "and analysis does not count.",
+    )
+    hard_failure_error_rate: Number = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A canary with at least this error rate is failing hard: abort moves its "
+        "traffic at once instead of first restoring stable capacity.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.strategy is RolloutStrategy.AB_TEST and self.ab_test is None:
+        self._strategy_blocks()
+        if self.strategy is RolloutStrategy.AB_TEST and self.steps:
             raise spec_error(
-                "strategy abTest needs abTest.match",
-                field=("abTest",),
-                fix="add abTest: {match: {header: {name: x-model-variant, value: b}}}",
+                "an abTest runs for abTest.durationSeconds; remove steps",
+                field=("steps",),
+                fix="remove steps; set abTest.durationSeconds to choose how long it runs",
             )
+        if self.strategy is RolloutStrategy.BLUE_GREEN:
+            self._blue_green_steps()
+        if self.strategy is RolloutStrategy.CANARY:
+            self._weights_go_up()
         shared_checks = bool(self.analysis and self.analysis.checks)
         for index, step in enumerate(self.steps):
             if step.analysis is not None and not step.analysis.checks and not shared_checks:
@@ -964,6 +1262,61 @@ class RolloutSpec(SpecModel):
                     fix="add rollout.analysis.checks, or checks in this step",
                 )
         return self
+
+    def _strategy_blocks(self) -> None:
+        if self.strategy is RolloutStrategy.AB_TEST and self.ab_test is None:
+            raise spec_error(
+                "strategy abTest needs abTest.match",
+                field=("abTest",),
+                fix="add abTest: {match: {header: {name: x-model-variant, value: b}}}",
+            )
+        for block, alias, strategy in (
+            (self.ab_test, "abTest", RolloutStrategy.AB_TEST),
+            (self.blue_green, "blueGreen", RolloutStrategy.BLUE_GREEN),
+        ):
+            if block is not None and self.strategy is not strategy:
+                raise spec_error(
+                    f"{alias} settings apply to strategy {strategy.value}, not "
+                    f"{self.strategy.value}",
+                    field=(alias,),
+                    fix=f"set strategy: {strategy.value}, or remove {alias}",
+                )
+        if self.strategy is RolloutStrategy.BLUE_GREEN and self.surge_budget is not None:
+            raise spec_error(
+                "blueGreen needs a full second fleet; use canary with surgeBudget",
+                field=("surgeBudget",),
+                fix="remove surgeBudget, or use strategy: canary to roll out within a budget",
+            )
+
+    def _blue_green_steps(self) -> None:
+        for index, step in enumerate(self.steps):
+            for name, alias in (
+                ("set_weight", "setWeight"),
+                ("set_canary_scale", "setCanaryScale"),
+            ):
+                if getattr(step, name) is not None:
+                    raise spec_error(
+                        f"{alias} does not apply to blueGreen: its steps run against the "
+                        "preview before the switch",
+                        field=("steps", index, alias),
+                        fix="keep only pause and analysis steps; use strategy: canary to "
+                        "shift traffic step by step",
+                    )
+
+    def _weights_go_up(self) -> None:
+        previous: tuple[int, int] | None = None  # (index, weight)
+        for index, step in enumerate(self.steps):
+            if step.set_weight is None:
+                continue
+            if previous is not None and step.set_weight < previous[1]:
+                raise spec_error(
+                    f"setWeight {step.set_weight} after {previous[1]} (steps[{previous[0]}]): "
+                    "canary weights only go up",
+                    field=("steps", index, "setWeight"),
+                    fix="to send traffic back, abort (`servectl rollout abort`); otherwise "
+                    f"use a weight >= {previous[1]}",
+                )
+            previous = (index, step.set_weight)
 
 
 # ----------------------------------------------------------------------------- ModelService
@@ -979,7 +1332,14 @@ class ModelServiceSpec(SpecModel):
             " || (has(self.runtime) && has(self.runtime.resources)"
             " && has(self.runtime.resources.gpu) && self.runtime.resources.gpu > 0)",
             "a gpu signal needs runtime.resources.gpu >= 1",
-        )
+        ),
+        (
+            "!has(self.rollout) || !has(self.rollout.surgeBudget)"
+            " || !has(self.rollout.surgeBudget.gpus) || !has(self.runtime)"
+            " || !has(self.runtime.resources) || !has(self.runtime.resources.gpu)"
+            " || self.rollout.surgeBudget.gpus >= self.runtime.resources.gpu",
+            "surgeBudget.gpus must fit at least one replica's GPUs",
+        ),
     )
 
     model: ModelRef = Field(description="The model to serve.")
@@ -992,7 +1352,7 @@ class ModelServiceSpec(SpecModel):
         ),
     )
     rollout: RolloutSpec | None = Field(
-        default=None, description="How version changes roll out (shape only in v1alpha1)."
+        default=None, description="How new versions roll out: strategy, steps, analysis."
     )
 
     @model_validator(mode="after")
@@ -1004,6 +1364,20 @@ class ModelServiceSpec(SpecModel):
                     field=("autoscaling", "signals", index, "type"),
                     fix="set runtime.resources.gpu >= 1, or use another signal type",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _surge_fits_a_replica(self) -> Self:
+        budget = None if self.rollout is None else self.rollout.surge_budget
+        per_replica = self.runtime.resources.gpu
+        if budget is not None and budget.gpus is not None and budget.gpus < per_replica:
+            raise spec_error(
+                f"surgeBudget.gpus ({budget.gpus}) cannot fit one new replica, which needs "
+                f"{per_replica} GPU(s)",
+                field=("rollout", "surgeBudget", "gpus"),
+                fix=f"set gpus >= {per_replica} (runtime.resources.gpu), or leave gpus out "
+                "to limit the surge by replicas only",
+            )
         return self
 
 
@@ -1052,12 +1426,54 @@ class AnalysisVerdict(StatusModel):
     time: AwareDatetime | None = Field(default=None, description="When it was reached.")
 
 
+class RolloutPhase(enum.StrEnum):
+    """Where a rollout stands (``status.rollout.phase``).
+
+    - ``Idle``: no rollout: one revision serves everything.
+    - ``Progressing``: the steps are running (capacity, weights, analysis).
+    - ``Paused``: waiting for a person (a ``pause`` step without seconds, a blueGreen
+      preview without autoPromote, or an analysis that ran out of extensions);
+      ``servectl rollout resume`` or ``promote`` continues.
+    - ``Completed``: the new revision serves everything; the old one is being removed.
+    - ``Aborted``: a check failed or a person aborted; traffic is back on the stable
+      revision. Changing the version starts a new rollout.
+    - ``Degraded``: the rollout cannot progress (the new revision's capacity did not
+      become ready within progressDeadlineSeconds); stable keeps its traffic.
+    """
+
+    IDLE = "Idle"
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    COMPLETED = "Completed"
+    ABORTED = "Aborted"
+    DEGRADED = "Degraded"
+
+
 class RolloutStatus(StatusModel):
     """Where the rollout stands; enough to resume after a restart."""
 
-    phase: str = Field(default="Idle", description="Rollout phase (set by the rollout engine).")
+    phase: RolloutPhase = Field(
+        default=RolloutPhase.IDLE,
+        description="Idle, Progressing, Paused, Completed, Aborted or Degraded.",
+    )
     step: Int = Field(default=0, ge=0, description="Index of the current step.")
+    stable_version: Int | None = Field(
+        default=None, ge=0, description="Model version of the stable revision."
+    )
+    canary_version: Int | None = Field(
+        default=None,
+        ge=0,
+        description="Model version being rolled out (canary, preview or B); absent when Idle.",
+    )
+    message: str = Field(default="", description="What the rollout is doing or waiting for.")
+    winner: Literal["A", "B"] | None = Field(
+        default=None, description="abTest: the winning variant, A (stable) or B (new)."
+    )
     verdicts: list[AnalysisVerdict] = Field(default_factory=list, description="Per step.")
+    state: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The rollout state machine's persisted state (free-form).",
+    )
 
 
 class AutoscalingStatus(StatusModel):

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_args, get_origin
 
+import annotated_types
 import pydantic
 from pydantic_core import ErrorDetails
 
@@ -237,8 +238,14 @@ def _issue(root: type[pydantic.BaseModel], detail: ErrorDetails) -> Issue:
     if kind == "finite_number":
         return Issue(loc, "must be a finite number", "replace inf/nan with a finite number")
     if kind in _BOUNDS:
+        closed = _closed_range(root, loc)
+        if closed is not None:  # both ends inclusive: "must be 0-100"
+            low, high = closed
+            return Issue(
+                loc, f"must be {low}-{high}, got {given!r}", f"use a value from {low} to {high}"
+            )
         symbol, key = _BOUNDS[kind]
-        limit = ctx.get(key)
+        limit = _plain(ctx.get(key))
         return Issue(
             loc, f"must be {symbol} {limit}, got {given!r}", f"use a value {symbol} {limit}"
         )
@@ -289,6 +296,25 @@ _PATTERNS: Mapping[str, tuple[str, str]] = {
         "use letters, digits and '_', not starting with a digit (e.g. peak_replicas)",
     ),
 }
+
+
+def _closed_range(root: type[pydantic.BaseModel], loc: Loc) -> tuple[object, object] | None:
+    """(low, high) when the field at ``loc`` takes low <= value <= high, else None."""
+    parent = _annotation_at(root, loc[:-1])
+    info = (
+        _field(parent, loc[-1])
+        if isinstance(parent, type) and issubclass(parent, pydantic.BaseModel)
+        else None
+    )
+    metadata = [] if info is None else info.metadata
+    low = next((m.ge for m in metadata if isinstance(m, annotated_types.Ge)), None)
+    high = next((m.le for m in metadata if isinstance(m, annotated_types.Le)), None)
+    return None if low is None or high is None else (_plain(low), _plain(high))
+
+
+def _plain(number: object) -> object:
+    """A bound as a person writes it: 0.0 -> 0, 0.5 -> 0.5."""
+    return int(number) if isinstance(number, float) and number.is_integer() else number
 
 
 def _too_short_fix(loc: Loc) -> str:

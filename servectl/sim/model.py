@@ -204,6 +204,7 @@ class StepOutcome:
     wait_s: FloatArray
     cpu_cores: float  # core-seconds of work done in this second = mean cores in use
     inflight: float  # mean requests in the replicas during this second
+    columns: IntArray | None = None  # the replica column of each request, in ``order``
 
 
 @dataclass(frozen=True, eq=False)
@@ -356,6 +357,18 @@ class Fleet:
         self._update_views(now)
         return billed
 
+    def kill(self, now: float, ids: IntArray) -> int:
+        """Remove the replicas ``ids`` at once, draining or not (the SIGKILL at the end of a
+        grace period); returns how many requests were still in them (``in_system``).
+        Service-level counters keep what they counted; ids not present are ignored."""
+        gone: BoolArray = np.isin(self.ids, ids)
+        if not gone.any():
+            return 0
+        lost = int(self.in_system[gone].sum())
+        self._drop(gone)
+        self._update_views(now)
+        return lost
+
     def pods(self) -> PodView:
         active = ~self.draining
         return PodView(
@@ -429,6 +442,7 @@ class Fleet:
             )
         else:
             order = np.empty(0, dtype=np.int64)
+            col_s = order
             wait = np.empty(0)
             per_column = np.zeros(size, dtype=np.int64)
             arriving_part = np.zeros(size)
@@ -447,4 +461,10 @@ class Fleet:
         inflight = float(integral.sum())
         self.cpu_seconds_total += cpu_cores
         self.inflight_seconds_total += inflight
-        return StepOutcome(order=order, wait_s=wait, cpu_cores=cpu_cores, inflight=inflight)
+        return StepOutcome(
+            order=order,
+            wait_s=wait,
+            cpu_cores=cpu_cores,
+            inflight=inflight,
+            columns=col_s,
+        )

@@ -8,14 +8,16 @@ import pytest
 
 from servectl import specfile
 from servectl.api import crd, models, validation
-from tests.unit.api.helpers import CRDS, EXAMPLES, edited, example
-
-GENERATED = crd.generate_crds()
-BY_KIND = {c["spec"]["names"]["kind"]: c for c in GENERATED}
-
-
-def schema_of(kind: str) -> dict[str, Any]:
-    return BY_KIND[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+from tests.unit.api.helpers import (
+    BY_KIND,
+    CRDS,
+    EXAMPLES,
+    GENERATED,
+    edited,
+    example,
+    rule_failures,
+    schema_of,
+)
 
 
 def test_committed_crds_are_fresh() -> None:
@@ -143,24 +145,6 @@ def test_crd_schema_rejects_what_the_models_reject() -> None:
 
 
 # ----------------------------------------------------------------------------- CEL rules
-
-
-def rule_failures(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
-    """Evaluate every x-kubernetes-validations rule on the nodes present in ``value``."""
-    cel = pytest.importorskip("cel")
-    failures = [
-        f"{path or '(root)'}: {rule['message']}"
-        for rule in schema.get("x-kubernetes-validations", ())
-        if isinstance(value, dict) and not cel.evaluate(rule["rule"], {"self": value})
-    ]
-    if isinstance(value, dict):
-        for name, child in schema.get("properties", {}).items():
-            if name in value:
-                failures += rule_failures(child, value[name], f"{path}.{name}")
-    if isinstance(value, list) and "items" in schema:
-        for index, item in enumerate(value):
-            failures += rule_failures(schema["items"], item, f"{path}[{index}]")
-    return failures
 
 
 @pytest.mark.parametrize("name", ALL_EXAMPLES)

@@ -69,13 +69,13 @@ CASES: list[tuple[str, dict[str, object], str, str]] = [
         "weight above 100",
         {"spec.rollout.steps[0].setWeight": 150},
         "spec.rollout.steps[0].setWeight",
-        "use a value <= 100",
+        "use a value from 0 to 100",
     ),
     (
         "negative weight",
         {"spec.rollout.steps[0].setWeight": -5},
         "spec.rollout.steps[0].setWeight",
-        "use a value >= 0",
+        "use a value from 0 to 100",
     ),
     (
         "misspelled field",
@@ -190,7 +190,7 @@ CASES: list[tuple[str, dict[str, object], str, str]] = [
         "check without bound",
         {"spec.rollout.analysis.checks[0]": {"metric": "errorRate"}},
         "spec.rollout.analysis.checks[0].max",
-        "add max, min, maxRatioToStable or minRatioToStable",
+        "add max, min, maxRatioToStable, minRatioToStable or condition",
     ),
     (
         "bad duration",
@@ -232,7 +232,7 @@ CASES: list[tuple[str, dict[str, object], str, str]] = [
         "window over an hour",
         {"spec.autoscaling.behavior.scaleDown.stabilizationSeconds": 4000},
         "spec.autoscaling.behavior.scaleDown.stabilizationSeconds",
-        "use a value <= 3600",
+        "use a value from 0 to 3600",
     ),
     (
         "replicas as a string",
@@ -299,7 +299,7 @@ def test_error_renders_one_line_per_issue(edit: Edit) -> None:
     assert str(caught.value).splitlines() == [
         "spec.autoscaling.signals[1].type: unknown value 'memory' "
         "(fix: allowed: cpu, gpu, latency, rps, concurrency)",
-        "spec.rollout.steps[0].setWeight: must be <= 100, got 150 (fix: use a value <= 100)",
+        "spec.rollout.steps[0].setWeight: must be 0-100, got 150 (fix: use a value from 0 to 100)",
     ]
 
 

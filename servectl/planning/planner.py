@@ -1,0 +1,442 @@
+"""The coordination planner: every revision's replicas and the weights, from the
+autoscaler's demand, the rollout's intent and what the backend observed (DESIGN §4).
+
+One call per cycle, pure. The rules, and where each is enforced:
+
+1. Scale first, then shift (:func:`_shift`): a revision's share of traffic rises only
+   as far as its *ready* replicas can carry at its own per-request cost, and only once
+   TF Serving reports the version AVAILABLE. The replicas for the target share are
+   ordered first (pre-scaling), so the shift follows as they become ready.
+2. Drain, then shrink (:func:`_replicas`): a revision whose share went down keeps its
+   replicas for ``hold_s`` (``drainSeconds``, or blue/green's scale-down delay) after
+   the route change was applied.
+3. Per-revision sizing (:func:`need`): the autoscaler decides the total ``demand`` in
+   replicas of the current traffic mix; a revision at share ``e`` with relative cost
+   ``r`` (its CPU seconds per request over the stable revision's) gets
+   ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the applied shares.
+   A CPU-heavy canary thus adds canary replicas, never stable ones. A revision with too
+   few requests to measure borrows the stable revision's cost (r = 1).
+4. No capacity dip on abort: an abort is a shift back to stable like any other, so
+   stable is scaled first and traffic follows its ready capacity; a canary failing hard
+   (the rollout says so) loses its traffic at once and stable is sized for all of it.
+5. Promotion keeps the current size: the promoted revision's share is sized on the
+   whole demand, never on minReplicas.
+6. Surge budget (:func:`_limit_surge`): replicas added ahead of traffic plus replicas
+   held while draining stay within the budget.
+7. Sample-aware analysis lives in ``servectl.rollout.analysis``.
+8. Missing metrics never shrink (:func:`plan`): with stale metrics every revision keeps
+   at least its current replicas and weights hold (an abort still moves traffic back).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from servectl.planning.types import Observed, ObservedRevision, Plan, RevisionPlan
+from servectl.rollout.machine import Intent
+
+COST_MIN_RPS = 1.0
+"""A revision serving fewer requests per second than this borrows the stable cost."""
+COST_SMOOTHING = 0.3
+"""EWMA weight of a new cost measurement (the rest is the previous estimate)."""
+HEADER_SHARE_PRIOR = 0.1
+"""Share of traffic assumed to match an A/B header before any was routed."""
+SHRINK_TOLERANCE = 0.05
+"""A revision not losing traffic shrinks only when 5 % more demand would still fit."""
+
+_Needs = Callable[[str, float], int]
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    """Kept between cycles (persisted with the rest of the loop state)."""
+
+    replicas: Mapping[str, int] = field(default_factory=dict)  # last planned
+    shares: Mapping[str, float] = field(default_factory=dict)  # last planned effective share
+    lowered_at: Mapping[str, float] = field(default_factory=dict)
+    hold_s: Mapping[str, float] = field(default_factory=dict)
+    cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
+    header_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    min_replicas: int = 1
+    max_replicas: int = 100
+    surge_replicas: int | None = None  # None: no budget
+
+
+def _effective(weights: Mapping[str, int], header: str | None, hs: float) -> dict[str, float]:
+    """Share of all requests each revision gets: weights apply to the unmatched part."""
+    matched = hs if header is not None else 0.0
+    shares = {name: (1.0 - matched) * w / 100.0 for name, w in weights.items()}
+    if header is not None:
+        shares[header] = shares.get(header, 0.0) + matched
+    return shares
+
+
+def need(demand: int, share: float, cost: float, mix: float) -> int:
+    """Replicas a revision needs for ``share`` of all requests at relative ``cost``."""
+    if share <= 0.0:
+        return 0
+    mix = mix if mix > 0 else 1.0
+    return max(1, math.ceil(demand * share * cost / mix - 1e-6))
+
+
+def _measure_costs(
+    observed: Observed, stable: str, previous: Mapping[str, float]
+) -> dict[str, float]:
+    def per_request(rev: ObservedRevision | None) -> float | None:
+        if rev is None or rev.snapshot is None:
+            return None
+        sig = rev.snapshot.signals
+        if sig.rps is None or sig.rps < COST_MIN_RPS or sig.cpu_usage_cores is None:
+            return None
+        return sig.cpu_usage_cores / sig.rps
+
+    base = per_request(observed.revision(stable))
+    costs: dict[str, float] = {}
+    for rev in observed.revisions:
+        own = per_request(rev)
+        old = previous.get(rev.name)
+        if rev.name == stable:
+            costs[rev.name] = 1.0
+        elif own is None or base is None or base <= 0:
+            costs[rev.name] = old if old is not None else 1.0
+        else:
+            ratio = own / base
+            costs[rev.name] = ratio if old is None else old + COST_SMOOTHING * (ratio - old)
+    return costs
+
+
+def _header_share(observed: Observed, previous: float | None) -> float:
+    header = observed.header_revision
+    rev = observed.revision(header) if header is not None else None
+    total = observed.service.signals.rps
+    if rev is None or rev.weight != 0 or rev.snapshot is None or not total or total <= 0:
+        return previous if previous is not None else HEADER_SHARE_PRIOR
+    own = rev.snapshot.signals.rps
+    if own is None:
+        return previous if previous is not None else HEADER_SHARE_PRIOR
+    measured = min(max(own / total, 0.0), 1.0)
+    return measured if previous is None else previous + COST_SMOOTHING * (measured - previous)
+
+
+def plan(
+    intent: Intent,
+    observed: Observed,
+    demand: int,
+    state: PlannerState,
+    names: Mapping[int, str],
+    limits: Limits | None = None,
+) -> tuple[Plan, PlannerState]:
+    """One cycle of the planner. ``names`` maps versions to revision names."""
+    limits = limits or Limits()
+    now = observed.time
+    stable = names[intent.stable]
+    target_weights = {names[v]: w for v, w in intent.weights.items() if w > 0}
+    target_header = names[intent.header] if intent.header is not None else None
+    versions = {name: v for v, name in names.items()}
+
+    current_weights = {r.name: r.weight for r in observed.revisions if r.weight > 0}
+    if sum(current_weights.values()) != 100:  # nothing routed yet (or a lagging backend)
+        current_weights = {stable: 100}
+    current_header = observed.header_revision
+    costs = _measure_costs(observed, stable, state.cost)
+    hs = _header_share(observed, state.header_share)
+    ready = {r.name: r.ready for r in observed.revisions}
+    available = {r.name: r.available for r in observed.revisions}
+    current_shares = _effective(current_weights, current_header, hs)
+    mix = sum(share * costs.get(name, 1.0) for name, share in current_shares.items())
+
+    def needs(name: str, share: float) -> int:
+        return need(demand, share, costs.get(name, 1.0), mix)
+
+    notes: dict[str, tuple[str, str]] = {}
+    failing_hard = intent.abort and intent.hard
+    if failing_hard:
+        new_weights, new_header = dict(target_weights), target_header
+        for name in set(current_weights) - set(target_weights):
+            notes[name] = ("AbortedHard", "failing hard: its traffic moved at once")
+    elif not observed.metrics_ok and not intent.abort:
+        new_weights, new_header = dict(current_weights), current_header
+    else:
+        new_header = _route_header(
+            current_header, target_header, current_weights, hs, ready, available, needs, notes
+        )
+        new_weights = _shift(
+            current_weights,
+            target_weights,
+            new_header,
+            hs,
+            ready,
+            available,
+            needs,
+            notes,
+            stable,
+        )
+    new_shares = _effective(new_weights, new_header, hs)
+    target_shares = _effective(target_weights, target_header, hs)
+    # Lowered shares start (or restart) the drain clock.
+    lowered_at = dict(state.lowered_at)
+    hold_s = dict(state.hold_s)
+    for name, share in current_shares.items():
+        if new_shares.get(name, 0.0) < share - 1e-9:
+            lowered_at[name] = now
+            hold_s[name] = intent.hold_s
+    names_all = sorted(
+        set(new_shares)
+        | set(target_shares)
+        | {r.name for r in observed.revisions}
+        | set(state.replicas),
+        key=lambda n: (n != stable, n),
+    )
+    replicas, reasons = _replicas(
+        names_all,
+        intent=intent,
+        observed=observed,
+        state=state,
+        new_shares=new_shares,
+        target_shares=target_shares,
+        lowered_at=lowered_at,
+        hold_s=hold_s,
+        needs=needs,
+        ready=ready,
+        limits=limits,
+        versions=versions,
+        stable=stable,
+        now=now,
+    )
+    for name, (code, text) in notes.items():
+        own = reasons.get(name)
+        if own is not None and own[0] == "SurgeLimited":
+            reasons[name] = (own[0], f"{own[1]}; {text}")
+        else:
+            reasons[name] = (code, f"{text}; {own[1]}" if own and own[1] else text)
+    # Forget revisions that are gone: no replicas, no traffic, nothing held.
+    kept = [n for n in names_all if replicas.get(n, 0) > 0 or new_weights.get(n, 0) > 0]
+    for name in list(lowered_at):
+        if name not in kept:
+            lowered_at.pop(name, None)
+            hold_s.pop(name, None)
+    revisions = tuple(
+        RevisionPlan(
+            name=name,
+            version=versions[name],
+            replicas=replicas.get(name, 0),
+            weight=new_weights.get(name, 0),
+            reason=reasons.get(name, ("Steady", ""))[0],
+            message=reasons.get(name, ("Steady", ""))[1],
+        )
+        for name in kept
+    )
+    new_state = PlannerState(
+        replicas={n: replicas.get(n, 0) for n in kept},
+        shares={n: new_shares.get(n, 0.0) for n in kept},
+        lowered_at=lowered_at,
+        hold_s=hold_s,
+        cost={n: c for n, c in costs.items() if n in kept},
+        header_share=hs,
+    )
+    events = tuple(
+        f"{name}: weight {current_weights.get(name, 0)} -> {new_weights.get(name, 0)}"
+        for name in kept
+        if current_weights.get(name, 0) != new_weights.get(name, 0)
+    )
+    header_event = (
+        (f"header route -> {new_header}" if new_header else "header route removed",)
+        if new_header != current_header
+        else ()
+    )
+    result = Plan(
+        revisions=revisions,
+        header_revision=new_header,
+        phase=str(intent.phase),
+        message=intent.message,
+        events=events + header_event,
+    )
+    return result, new_state
+
+
+def _route_header(
+    current: str | None,
+    target: str | None,
+    weights: Mapping[str, int],
+    hs: float,
+    ready: Mapping[str, int],
+    available: Mapping[str, bool],
+    needs: _Needs,
+    notes: dict[str, tuple[str, str]],
+) -> str | None:
+    """Move the A/B header route when the revision receiving it can carry it."""
+    if current == target:
+        return current
+    after = _effective(weights, target, hs)
+    gaining = [
+        (name, share)
+        for name, share in after.items()
+        if share > _effective(weights, current, hs).get(name, 0.0) + 1e-9
+    ]
+    for name, share in gaining:
+        wanted = needs(name, share)
+        if not available.get(name, False) or ready.get(name, 0) < wanted:
+            notes[name] = (
+                "WaitingForCapacity",
+                f"header route waits for {wanted} ready replicas (has {ready.get(name, 0)})",
+            )
+            return current
+    return target
+
+
+def _shift(
+    current: Mapping[str, int],
+    target: Mapping[str, int],
+    header: str | None,
+    hs: float,
+    ready: Mapping[str, int],
+    available: Mapping[str, bool],
+    needs: _Needs,
+    notes: dict[str, tuple[str, str]],
+    stable: str,
+) -> dict[str, int]:
+    """Move weights toward ``target`` as far as the receivers' ready capacity allows."""
+    if dict(current) == dict(target):
+        return dict(current)
+    matched = hs if header is not None else 0.0
+    allowed: dict[str, int] = {}
+    for name, goal in target.items():
+        now_w = current.get(name, 0)
+        if goal <= now_w:
+            continue
+        extra = matched if header == name else 0.0
+        best = now_w
+        if available.get(name, False):
+            for w in range(goal, now_w, -1):
+                share = (1.0 - matched) * w / 100.0 + extra
+                if needs(name, share) <= ready.get(name, 0):
+                    best = w
+                    break
+        allowed[name] = best
+        if best < goal:
+            share = (1.0 - matched) * goal / 100.0 + extra
+            wanted = needs(name, share)
+            why = (
+                "model not AVAILABLE yet"
+                if not available.get(name, False)
+                else f"{ready.get(name, 0)} of {wanted} replicas ready"
+            )
+            notes[name] = ("WaitingForCapacity", f"at {best} % of {goal} %: {why}")
+    gain = sum(w - current.get(n, 0) for n, w in allowed.items())
+    result = dict(current)
+    result.update(allowed)
+    # Givers give back in this order: revisions leaving entirely, then others; stable last.
+    givers = sorted(
+        (n for n, w in current.items() if target.get(n, 0) < w),
+        key=lambda n: (n == stable, target.get(n, 0) > 0, n),
+    )
+    for name in givers:
+        if gain <= 0:
+            break
+        give = min(current[name] - target.get(name, 0), gain)
+        result[name] = current[name] - give
+        gain -= give
+    return {n: w for n, w in result.items() if w > 0}
+
+
+def _replicas(
+    names: list[str],
+    *,
+    intent: Intent,
+    observed: Observed,
+    state: PlannerState,
+    new_shares: Mapping[str, float],
+    target_shares: Mapping[str, float],
+    lowered_at: Mapping[str, float],
+    hold_s: Mapping[str, float],
+    needs: _Needs,
+    ready: Mapping[str, int],
+    limits: Limits,
+    versions: Mapping[str, int],
+    stable: str,
+    now: float,
+) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+    replicas: dict[str, int] = {}
+    reasons: dict[str, tuple[str, str]] = {}
+    base: dict[str, int] = {}
+    prescale: dict[str, int] = {}
+    held: dict[str, int] = {}
+    canary = (
+        None
+        if intent.canary is None
+        else next((n for n, v in versions.items() if v == intent.canary), None)
+    )
+    for name in names:
+        share = new_shares.get(name, 0.0)
+        goal = target_shares.get(name, 0.0)
+        previous = state.replicas.get(name)
+        if previous is None:
+            rev = observed.revision(name)
+            previous = rev.desired if rev is not None else 0
+        b = needs(name, share)
+        if previous > b and share > 0 and goal >= share - 1e-9:
+            # Not losing traffic: shrink only on a clear drop (tolerance), never jitter.
+            relaxed = needs(name, share * (1.0 + SHRINK_TOLERANCE))
+            if relaxed >= previous:
+                b = previous
+        base[name] = b
+        want = needs(name, max(share, goal))
+        if name == canary and intent.canary_scale is not None and not intent.abort:
+            kind, value = intent.canary_scale
+            scaled = value if kind == "replicas" else needs(name, value / 100.0)
+            want = max(b, scaled)  # never below what its traffic needs
+        prescale[name] = max(0, want - b)
+        since = lowered_at.get(name)
+        if since is not None and now < since + hold_s.get(name, 0.0) and previous > b:
+            held[name] = previous - b
+    extra_budget = limits.surge_replicas
+    if extra_budget is not None:
+        holdover = sum(held.values())
+        allowance = max(0, extra_budget - holdover)
+        for name in sorted(prescale, key=lambda n: (n == stable, n)):
+            if prescale[name] > allowance:
+                if prescale[name]:
+                    reasons[name] = (
+                        "SurgeLimited",
+                        f"pre-scaling {allowance} of {prescale[name]} replicas (surge budget "
+                        f"{extra_budget}, {holdover} held while draining)",
+                    )
+                prescale[name] = allowance
+            allowance -= prescale[name]
+    for name in names:
+        count = base[name] + prescale[name] + held.get(name, 0)
+        share = new_shares.get(name, 0.0)
+        previous = state.replicas.get(name, 0)
+        if not observed.metrics_ok and count < previous:
+            count = previous
+            reasons.setdefault(name, ("MetricsMissing", "metrics stale: holding, never shrinking"))
+        replicas[name] = count
+        if name in reasons:
+            continue
+        if held.get(name):
+            until = lowered_at[name] + hold_s.get(name, 0.0)
+            reasons[name] = (
+                "Draining",
+                f"keeps {count} replicas until t={until:.0f} ({hold_s.get(name, 0.0):.0f} s "
+                "after losing traffic), then shrinks",
+            )
+        elif prescale[name]:
+            reasons[name] = (
+                "PreScaling",
+                f"{count} replicas ({base[name]} for {share * 100:.0f} % now, "
+                f"+{prescale[name]} before its share rises)",
+            )
+        elif count == 0:
+            reasons[name] = ("Retired", "no traffic; drained; removed")
+        elif name == stable and share >= 1.0 - 1e-9:
+            reasons[name] = ("Steady", f"{count} replicas: the autoscaler's demand")
+        else:
+            reasons[name] = ("Sized", f"{count} replicas for {share * 100:.0f} % of requests")
+    del ready
+    return replicas, reasons

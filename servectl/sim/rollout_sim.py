@@ -1,0 +1,913 @@
+"""The multi-revision simulator: several model versions behind one router.
+
+``simulate_rollout(scenario, controller)`` is :func:`servectl.sim.runner.simulate`
+generalised to several revisions (model versions) whose replica counts, traffic weights and
+header route a :class:`~servectl.sim.control.Controller` decides. It reuses the
+single-revision pieces: one :class:`~servectl.sim.model.Fleet` per revision, ONE
+:class:`~servectl.sim.model.RequestStream` for the whole service (so every controller faces
+the same requests, each with its routing draw) and one
+:class:`~servectl.sim.pipeline.MetricsPipeline` per revision plus one for the service.
+
+Each simulated second ``t``, in this order:
+
+1. every revision's fleet is refreshed (cold starts end, drained replicas go), then any
+   draining replica whose grace period has run out is killed and its requests are cut;
+2. on a scrape tick, outside ``scenario.metrics_outages``, every counter is scraped;
+3. on a controller tick the controller gets an :class:`~servectl.planning.types.Observed`
+   and the events due; its :class:`~servectl.planning.types.Plan` is validated and applied
+   at once (kills with ``grace_s = 0`` happen here, before any request of ``t``);
+4. second ``t``'s requests are routed (header route, then weights) and served.
+
+docs/simulator.md ("Rollouts: several revisions") states every rule; the ones that need
+care are in the docstrings of :meth:`_Run.serve` (routing, errors) and :meth:`_Run._cut`
+(what a kill takes back from the books).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from servectl.autoscaling import snapshot
+from servectl.planning.types import Counters, Observed, ObservedRevision, Plan, RevisionPlan
+from servectl.sim import control, model, runner
+from servectl.sim import pipeline as pipeline_mod
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+ID_STRIDE = 1_000_000
+"""Revision ``i``'s replica ids are ``i * ID_STRIDE + n``: unique across revisions."""
+IDLE = "Idle"
+FINAL_PHASES = frozenset({"Completed", "Aborted"})
+"""Phases that end a rollout window (so does ``Idle`` once the rollout has left it)."""
+
+_ERROR_STREAM = 7  # RequestStream uses 0-3
+_EPS = 1e-9
+_EMPTY = np.empty(0)
+_EMPTY_IDS = np.empty(0, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True, eq=False)
+class RevisionTimeline:
+    """One revision's per-second timelines (index = second; zero before it existed) and
+    totals. ``replicas`` is what is billed: starting + ready + draining."""
+
+    name: str
+    version: int
+    weight: IntArray
+    desired: IntArray
+    ready: IntArray
+    replicas: IntArray
+    routed: IntArray  # requests the router sent it (lost ones included)
+    lost_unready: IntArray  # of those, lost because it had no ready replica
+    lost_cut: IntArray  # requests cut when its replicas were killed, by kill second
+    errors: int  # requests it answered with an error (its error_rate)
+    cpu_seconds: float
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutSimResult:
+    """Per-second timelines of the service, every revision's timelines, phases and totals."""
+
+    scenario: str
+    controller: str
+    seed: int
+    t: IntArray
+    offered_rps: FloatArray
+    arrivals: IntArray
+    p99_ms: FloatArray  # of the requests arriving that second (inf: some never served)
+    slo_met: FloatArray  # fraction of that second's requests meeting the SLO (NaN: none)
+    total_replicas: IntArray  # billed: starting + ready + draining, every revision
+    total_ready: IntArray  # ready replicas taking requests, every revision
+    revisions: dict[str, RevisionTimeline]
+    phases: tuple[tuple[float, str], ...]  # (time, phase) whenever the phase changed
+    plans: tuple[tuple[float, Plan], ...]  # every plan applied (empty: not recorded)
+    starts: tuple[float, ...]  # times of the START events delivered
+    requests: int
+    met_slo: int
+    failed: int
+    errors: int  # requests answered with an error by a revision's error_rate
+    lost_unready: int
+    lost_cut: int
+    replica_seconds: float
+
+    @property
+    def duration_s(self) -> int:
+        return int(self.t.size)
+
+    @property
+    def slo_attainment(self) -> float:
+        return self.met_slo / self.requests if self.requests else 1.0
+
+    @property
+    def lost(self) -> int:
+        return self.lost_unready + self.lost_cut
+
+    def phase_at(self, t: float) -> str:
+        """The phase in effect at ``t`` (``Idle`` before the first plan)."""
+        at = bisect.bisect_right([time for time, _ in self.phases], t + _EPS)
+        return self.phases[at - 1][1] if at else IDLE
+
+    def rollout_window(self) -> tuple[float, float] | None:
+        """(start, end): start is the first delivered START event's time; end the first
+        phase change after it to ``Completed``, ``Aborted``, or ``Idle`` after having left
+        ``Idle``. None without a START or if the rollout never ended."""
+        if not self.starts:
+            return None
+        start = self.starts[0]
+        left_idle = False
+        for time, phase in self.phases:
+            if time + _EPS < start:
+                continue
+            if phase in FINAL_PHASES or (phase == IDLE and left_idle):
+                return (start, time)
+            left_idle = left_idle or phase != IDLE
+        return None
+
+    def to_record(self) -> dict[str, Any]:
+        """Totals as JSON-compatible values (no timelines)."""
+        window = self.rollout_window()
+        return {
+            "scenario": self.scenario,
+            "controller": self.controller,
+            "seed": self.seed,
+            "duration_s": self.duration_s,
+            "requests": self.requests,
+            "met_slo": self.met_slo,
+            "failed": self.failed,
+            "errors": self.errors,
+            "lost_unready": self.lost_unready,
+            "lost_cut": self.lost_cut,
+            "lost": self.lost,
+            "slo_attainment": self.slo_attainment,
+            "replica_seconds": self.replica_seconds,
+            "peak_total_replicas": int(self.total_replicas.max()) if self.t.size else 0,
+            "rollout_start_s": self.starts[0] if self.starts else None,
+            "rollout_end_s": None if window is None else window[1],
+            "rollout_duration_s": None if window is None else window[1] - window[0],
+            "final_phase": self.phases[-1][1] if self.phases else IDLE,
+            "revisions": list(self.revisions),
+        }
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class _Ledger:
+    """Counts booked into the second in which they become observable (one row a second,
+    ``width`` columns); bookings at or after the end of the trace are never observed."""
+
+    def __init__(self, seconds: int, width: int) -> None:
+        self.width = width
+        self.values: IntArray = np.zeros((seconds, width), dtype=np.int64)
+
+    def book(self, t: int, seconds: IntArray, column: IntArray | None = None) -> None:
+        """Add one at each (absolute second >= t, column)."""
+        if seconds.size == 0:
+            return
+        inside = seconds < self.values.shape[0]
+        if not inside.all():
+            seconds = seconds[inside]
+            column = None if column is None else column[inside]
+            if seconds.size == 0:
+                return
+        offsets = seconds - t
+        span = int(offsets.max()) + 1
+        flat = offsets * self.width if column is None else offsets * self.width + column
+        self.values[t : t + span] += np.bincount(flat, minlength=span * self.width).reshape(
+            span, self.width
+        )
+
+    def take_back(self, seconds: IntArray, column: IntArray | None = None) -> None:
+        """Remove one at each (absolute second, column) booked earlier (rare: kills)."""
+        inside = seconds < self.values.shape[0]
+        seconds = seconds[inside]
+        columns = np.zeros_like(seconds) if column is None else column[inside]
+        np.subtract.at(self.values, (seconds, columns), 1)
+
+
+class _ErrorDraws:
+    """One uniform draw per request for the error decision, from the seed alone (stream
+    ``(seed, 7, block)``, in the RequestStream's request order), so a request is an error
+    or not whatever the controller did."""
+
+    def __init__(self, counts: IntArray, seed: int) -> None:
+        self._counts = counts
+        self._seed = seed
+        self._block = -1
+        self._draws: FloatArray = _EMPTY
+        self._starts: IntArray = np.zeros(1, dtype=np.int64)
+
+    def second(self, t: int) -> FloatArray:
+        size = model.RequestStream.BLOCK_S
+        block = t // size
+        if block != self._block:
+            counts = self._counts[block * size : (block + 1) * size]
+            rng = np.random.default_rng([self._seed, _ERROR_STREAM, block])
+            self._draws = rng.random(int(counts.sum()))
+            self._starts = np.concatenate(([0], np.cumsum(counts)))
+            self._block = block
+        i = t - block * size
+        return self._draws[int(self._starts[i]) : int(self._starts[i + 1])]
+
+
+@dataclass(eq=False)
+class _Part:
+    """The requests one revision served in one second, kept while any may still be in a
+    replica (a kill can still cut them). ``ids`` are fleet-local replica ids."""
+
+    revision: int
+    ids: IntArray
+    done: FloatArray  # absolute completion time (-inf once cut)
+    latency: FloatArray  # server-side latency, s (inf once cut)
+    met: BoolArray
+    failed: BoolArray
+    error_second: IntArray  # when its error is observed (-1: none)
+
+
+@dataclass(eq=False)
+class _Second:
+    t: int
+    parts: list[_Part]
+    lost: int  # requests of this second lost at the router
+    last_done: float
+
+
+def _nearest_rank(values: FloatArray, quantile: float) -> float:
+    if values.size == 0:
+        return math.nan
+    k = max(math.ceil(quantile * values.size) - 1, 0)
+    return float(np.partition(values, k)[k])
+
+
+class _Revision:
+    """A revision's fleet, counters, pipeline and timelines."""
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        revision: control.RevisionModel,
+        base: model.ServiceModel,
+        duration: int,
+        config: pipeline_mod.PipelineConfig,
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.version = revision.version
+        self.service = revision.service
+        self.error_rate = revision.error_rate
+        self.scale = revision.service.service_time_ms / base.service_time_ms
+        self.offset = index * ID_STRIDE
+        self.fleet = model.Fleet(revision.service)
+        self.pipeline = pipeline_mod.MetricsPipeline(
+            config, cpu_request_cores=revision.service.cpu_request_cores
+        )
+        self.desired = 0
+        self.weight = 0
+        self.kill_at: dict[int, float] = {}  # draining replica id -> kill time
+        self.histogram = _Ledger(duration, model.LATENCY_BUCKET_COUNT)  # by completion
+        self.error_rows = _Ledger(duration, 1)  # by the second the error is seen
+        self.seen_requests = 0
+        self.seen_errors = 0
+        self.seen_buckets: IntArray = np.zeros(model.LATENCY_BUCKET_COUNT, dtype=np.int64)
+        self.last_scrape: pipeline_mod.Scrape | None = None
+        self.errors_total = 0
+        self.weight_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.desired_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.ready_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.replicas_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.routed_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.lost_unready_tl: IntArray = np.zeros(duration, dtype=np.int64)
+        self.lost_cut_tl: IntArray = np.zeros(duration, dtype=np.int64)
+
+    def scale_to(self, now: float, replicas: int, grace_s: float) -> None:
+        fleet = self.fleet
+        if fleet.active_count != replicas:
+            fleet.scale_to(now, replicas)
+            for replica in fleet.ids[fleet.draining].tolist():
+                self.kill_at.setdefault(replica, now + grace_s)
+        self.desired = replicas
+
+    def pods(self) -> model.PodView:
+        view = self.fleet.pods()
+        return model.PodView(
+            ids=view.ids + self.offset, start_times=view.start_times, ready=view.ready
+        )
+
+    def scrape(self, now: float) -> pipeline_mod.Scrape:
+        fleet = self.fleet
+        sample = pipeline_mod.Scrape(
+            time=now,
+            requests=float(self.seen_requests),
+            errors=float(self.seen_errors),
+            cpu_seconds=fleet.cpu_seconds_total,
+            inflight_seconds=fleet.inflight_seconds_total,
+            latency_buckets=self.seen_buckets.copy(),
+            replica_ids=fleet.ids + self.offset,
+            replica_cpu_seconds=fleet.cpu_total.copy(),
+            replica_inflight_seconds=fleet.inflight_total.copy(),
+        )
+        self.pipeline.ingest(sample)
+        self.last_scrape = sample
+        return sample
+
+    def counters(self) -> Counters | None:
+        sample = self.last_scrape
+        if sample is None:
+            return None
+        return Counters(
+            time=sample.time,
+            requests=sample.requests,
+            errors=sample.errors,
+            cpu_seconds=sample.cpu_seconds,
+            latency_buckets=tuple(sample.latency_buckets.astype(np.float64).tolist()),
+        )
+
+    def timeline(self) -> RevisionTimeline:
+        return RevisionTimeline(
+            name=self.name,
+            version=self.version,
+            weight=self.weight_tl,
+            desired=self.desired_tl,
+            ready=self.ready_tl,
+            replicas=self.replicas_tl,
+            routed=self.routed_tl,
+            lost_unready=self.lost_unready_tl,
+            lost_cut=self.lost_cut_tl,
+            errors=self.errors_total,
+            cpu_seconds=self.fleet.cpu_seconds_total,
+        )
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _check_scenario(scenario: control.RolloutScenario) -> None:
+    if scenario.stable_version not in scenario.revisions:
+        raise ValueError(
+            f"scenario {scenario.name!r}: stable_version {scenario.stable_version} is not "
+            f"one of its revisions {sorted(scenario.revisions)}"
+        )
+    for version, revision in scenario.revisions.items():
+        if revision.version != version:
+            raise ValueError(
+                f"scenario {scenario.name!r}: revisions[{version}] has version "
+                f"{revision.version}; the key must be the version"
+            )
+    if not 0.0 <= scenario.header_share <= 1.0:
+        raise ValueError(f"header_share must be in [0, 1], got {scenario.header_share}")
+    if scenario.grace_s < 0:
+        raise ValueError(f"grace_s must be >= 0, got {scenario.grace_s}")
+    if scenario.min_replicas < 0 or scenario.max_replicas < max(scenario.min_replicas, 1):
+        raise ValueError(
+            "need 0 <= min_replicas <= max_replicas and max_replicas >= 1, "
+            f"got {scenario.min_replicas}..{scenario.max_replicas}"
+        )
+
+
+class _Run:
+    """The state of one run; :func:`simulate_rollout` drives it second by second."""
+
+    def __init__(
+        self,
+        scenario: control.RolloutScenario,
+        config: pipeline_mod.PipelineConfig,
+        seed: int,
+    ) -> None:
+        self.scenario = scenario
+        self.config = config
+        trace = scenario.trace
+        self.duration = duration = trace.duration_s
+        stable = scenario.revisions[scenario.stable_version]
+        self.base = base = stable.service
+        self.slo_s = base.slo_ms / 1000.0
+        self.timeout_s = base.timeout_s
+        self.stream = model.RequestStream(trace.rps, base, seed, with_routing=True)
+        erring = any(r.error_rate > 0 for r in scenario.revisions.values())
+        self.error_draws = _ErrorDraws(self.stream.counts, seed) if erring else None
+        self.revisions: list[_Revision] = []
+        self.by_name: dict[str, _Revision] = {}
+        self.service_pipeline = pipeline_mod.MetricsPipeline(
+            config, cpu_request_cores=base.cpu_request_cores
+        )
+        self.header: _Revision | None = None
+        self.bounds_us = tuple(model.LATENCY_BUCKETS_US.tolist())
+        self.route_index: IntArray = np.array([-1], dtype=np.int64)  # plan order, then -1
+        self.route_cum: IntArray = np.empty(0, dtype=np.int64)
+        self.no_route = 0  # requests with no revision to go to (a 503 at the router)
+        self.records: deque[_Second] = deque()
+        # totals and service timelines
+        self.requests = self.met = self.failed = 0
+        self.lost_unready = self.lost_cut = 0
+        self.met_count: IntArray = np.zeros(duration, dtype=np.int64)
+        self.p99_tl: FloatArray = np.full(duration, np.nan)
+        self.total_replicas: IntArray = np.zeros(duration, dtype=np.int64)
+        self.total_ready: IntArray = np.zeros(duration, dtype=np.int64)
+        self.stale = False  # a scheduled scrape was missed and none has happened since
+
+        start = scenario.initial_replicas
+        if start is None:
+            start = runner.initial_replicas_for(
+                trace, base, scenario.min_replicas, scenario.max_replicas
+            )
+        initial = min(max(int(start), scenario.min_replicas), scenario.max_replicas)
+        first = self._revision(scenario.stable_version, scenario.revision_name(stable.version))
+        first.fleet.add(
+            initial, created=-runner.WARM_AGE_S, ready_at=-runner.WARM_AGE_S + base.cold_start_s
+        )
+        first.fleet.update(0.0)
+        first.desired = initial
+        first.weight = 100
+        self._set_routes([(first, 100)])
+
+    # -------------------------------------------------------------- revisions and plans
+
+    def _revision(self, version: int, name: str) -> _Revision:
+        existing = self.by_name.get(name)
+        if existing is not None:
+            return existing
+        revision = _Revision(
+            len(self.revisions),
+            name,
+            self.scenario.revisions[version],
+            self.base,
+            self.duration,
+            self.config,
+        )
+        self.revisions.append(revision)
+        self.by_name[name] = revision
+        return revision
+
+    def _set_routes(self, weighted: list[tuple[_Revision, int]]) -> None:
+        self.route_index = np.array([r.index for r, _ in weighted] + [-1], dtype=np.int64)
+        self.route_cum = np.cumsum(np.array([w for _, w in weighted], dtype=np.int64))
+
+    def _validate(self, plan: Plan) -> None:
+        scenario = self.scenario
+        names: set[str] = set()
+        total = 0
+        for rp in plan.revisions:
+            if rp.version not in scenario.revisions:
+                raise ValueError(
+                    f"plan names version {rp.version} ({rp.name!r}), which scenario "
+                    f"{scenario.name!r} does not define (versions: {sorted(scenario.revisions)})"
+                )
+            expected = scenario.revision_name(rp.version)
+            if rp.name != expected:
+                raise ValueError(
+                    f"plan revision {rp.name!r} has version {rp.version}, whose name is "
+                    f"{expected!r}"
+                )
+            if rp.name in names:
+                raise ValueError(f"plan lists revision {rp.name!r} twice")
+            names.add(rp.name)
+            if not _is_int(rp.replicas) or rp.replicas < 0:
+                raise ValueError(
+                    f"plan revision {rp.name!r}: replicas must be an int >= 0, got {rp.replicas!r}"
+                )
+            if not _is_int(rp.weight) or not 0 <= rp.weight <= 100:
+                raise ValueError(
+                    f"plan revision {rp.name!r}: weight must be an int in 0..100, got {rp.weight!r}"
+                )
+            total += rp.weight
+        serving = any(rp.replicas > 0 for rp in plan.revisions) or any(
+            r.fleet.receiving_count > 0 for r in self.revisions
+        )
+        if total != 100 and (serving or total != 0):
+            listed = ", ".join(f"{rp.name}={rp.weight}" for rp in plan.revisions) or "none"
+            raise ValueError(
+                f"plan weights must sum to 100 over the revisions listed, got {total} ({listed})"
+            )
+        if plan.header_revision is not None and plan.header_revision not in names:
+            raise ValueError(
+                f"plan header_revision {plan.header_revision!r} is not one of the plan's "
+                f"revisions ({', '.join(sorted(names)) or 'none'})"
+            )
+
+    def apply(self, now: float, plan: Plan) -> None:
+        """Validate ``plan`` and apply it at once (revisions not listed: 0 replicas, 0 %)."""
+        self._validate(plan)
+        grace = self.scenario.grace_s
+        listed: list[tuple[_Revision, RevisionPlan]] = [
+            (self._revision(rp.version, rp.name), rp) for rp in plan.revisions
+        ]
+        named = {r.name for r, _ in listed}
+        for revision in self.revisions:
+            if revision.name not in named:
+                revision.scale_to(now, 0, grace)
+                revision.weight = 0
+        for revision, rp in listed:
+            revision.scale_to(now, rp.replicas, grace)
+            revision.weight = rp.weight
+        self.header = None if plan.header_revision is None else self.by_name[plan.header_revision]
+        self._set_routes([(r, rp.weight) for r, rp in listed])
+
+    # -------------------------------------------------------------- kills
+
+    def kill_due(self, t: int) -> None:
+        """Kill every draining replica whose grace period ends at or before ``t``."""
+        for revision in self.revisions:
+            if not revision.kill_at:
+                continue
+            due = [i for i, at in revision.kill_at.items() if at <= t + _EPS]
+            if not due:
+                continue
+            for replica in due:
+                del revision.kill_at[replica]
+            ids = np.array(due, dtype=np.int64)
+            ids = ids[np.isin(ids, revision.fleet.ids)]  # the others drained in time
+            if ids.size:
+                revision.fleet.kill(float(t), ids)
+                self._cut(revision, ids, t)
+
+    def _cut(self, revision: _Revision, ids: IntArray, now: int) -> None:
+        """Take back what was booked for the requests still in the killed replicas ``ids``.
+
+        A request's latency, SLO verdict and observations (latency histogram at its
+        completion second, error at the second the client gives up) are all decided when
+        it is dispatched, because FIFO latencies are final then. Dispatched requests are
+        kept (``self.records``) until they complete, with their replica and completion
+        time; the requests still in a replica killed at ``now`` are exactly those with
+        ``done >= now`` (the same ones its ``in_system`` counts). For each: it no longer
+        meets the SLO, it becomes failed (once: a request that had already timed out was
+        failed already), its histogram observation (a second >= ``now``, not yet
+        observed) is removed, and its error is observed at ``now`` instead of later (an
+        error already observed before ``now`` stays). Its latency becomes inf, and the
+        p99 of its arrival second is recomputed.
+        """
+        bounds = model.LATENCY_BUCKETS_US
+        cut_total = 0
+        for record in self.records:
+            changed = False
+            for part in record.parts:
+                if part.revision != revision.index:
+                    continue
+                cut = np.isin(part.ids, ids) & (part.done >= now)
+                count = int(np.count_nonzero(cut))
+                if not count:
+                    continue
+                met = int(np.count_nonzero(part.met & cut))
+                self.met -= met
+                self.met_count[record.t] -= met
+                self.failed += int(np.count_nonzero(cut & ~part.failed))
+                latency = part.latency[cut]
+                revision.histogram.take_back(
+                    np.floor(part.done[cut]).astype(np.int64),
+                    np.searchsorted(bounds, latency * 1e6, side="left").astype(np.int64),
+                )
+                seen_at = part.error_second[cut]
+                pending = seen_at >= now
+                revision.error_rows.take_back(seen_at[pending])
+                fresh = int(np.count_nonzero(pending | (seen_at < 0)))
+                if now < self.duration:
+                    revision.error_rows.values[now, 0] += fresh
+                part.latency[cut] = math.inf
+                part.done[cut] = -math.inf
+                part.met[cut] = False
+                part.failed[cut] = True
+                part.error_second[cut] = now
+                cut_total += count
+                changed = True
+            if changed:
+                self._p99(record)
+        self.lost_cut += cut_total
+        if now < self.duration:
+            revision.lost_cut_tl[now] += cut_total
+
+    def _p99(self, record: _Second) -> None:
+        values = [part.latency for part in record.parts]
+        if record.lost:
+            values.append(np.full(record.lost, math.inf))
+        self.p99_tl[record.t] = _nearest_rank(np.concatenate(values), 0.99) * 1000.0
+
+    # -------------------------------------------------------------- observation
+
+    def scrape(self, now: float) -> None:
+        samples = [revision.scrape(now) for revision in self.revisions]
+        buckets = np.zeros(model.LATENCY_BUCKET_COUNT, dtype=np.int64)
+        for sample in samples:
+            buckets += sample.latency_buckets
+        self.service_pipeline.ingest(
+            pipeline_mod.Scrape(
+                time=now,
+                requests=sum(s.requests for s in samples) + self.no_route,
+                errors=sum(s.errors for s in samples) + self.no_route,
+                cpu_seconds=sum(s.cpu_seconds for s in samples),
+                inflight_seconds=sum(s.inflight_seconds for s in samples),
+                latency_buckets=buckets,
+                replica_ids=_EMPTY_IDS,
+                replica_cpu_seconds=_EMPTY,
+                replica_inflight_seconds=_EMPTY,
+            )
+        )
+        self.stale = False
+
+    def observe(self, now: float) -> Observed:
+        scenario = self.scenario
+        header = self.header
+        revisions: list[ObservedRevision] = []
+        pods: list[snapshot.PodSample] = []
+        desired = ready = 0
+        ready_cores = 0.0
+        for revision in self.revisions:
+            fleet = revision.fleet
+            receiving = fleet.receiving_count
+            desired += revision.desired
+            ready += receiving
+            ready_cores += receiving * revision.service.cpu_request_cores
+            if (
+                revision.desired == 0
+                and fleet.size == 0
+                and revision.weight == 0
+                and revision is not header
+            ):
+                continue
+            own = revision.pipeline.snapshot(
+                now,
+                snapshot.Replicas(
+                    current=revision.desired, ready=receiving, min=0, max=scenario.max_replicas
+                ),
+                revision.pods(),
+            )
+            pods.extend(own.pods)
+            revisions.append(
+                ObservedRevision(
+                    name=revision.name,
+                    version=revision.version,
+                    desired=revision.desired,
+                    ready=receiving,
+                    starting=fleet.active_count - receiving,
+                    draining=fleet.draining_count,
+                    weight=revision.weight,
+                    available=receiving > 0,
+                    snapshot=own,
+                    counters=revision.counters(),
+                )
+            )
+        signals = self.service_pipeline.signals(now, ready)
+        cpu = signals.cpu_usage_cores
+        utilization = 100.0 * cpu / ready_cores if cpu is not None and ready_cores > 0 else None
+        service = snapshot.Snapshot(
+            time=now,
+            replicas=snapshot.Replicas(
+                current=desired, ready=ready, min=scenario.min_replicas, max=scenario.max_replicas
+            ),
+            signals=dataclasses.replace(signals, cpu_utilization=utilization),
+            pods=tuple(pods),
+        )
+        return Observed(
+            time=now,
+            service=service,
+            revisions=tuple(revisions),
+            header_revision=None if header is None else header.name,
+            latency_bounds_us=self.bounds_us,
+            metrics_ok=not self.stale and not self.in_outage(now),
+        )
+
+    def in_outage(self, now: float) -> bool:
+        return any(start <= now < end for start, end in self.scenario.metrics_outages)
+
+    # -------------------------------------------------------------- one second
+
+    def _route(self, u: FloatArray) -> IntArray:
+        """Each request's revision index (-1: no route)."""
+        share = self.scenario.header_share
+        if self.header is not None and share > 0:
+            matched = u < share
+            draw = (u - share) / (1.0 - share) if share < 1.0 else np.zeros_like(u)
+        else:
+            matched = None
+            draw = u
+        slot = np.searchsorted(self.route_cum, draw * 100.0, side="right")
+        dest: IntArray = self.route_index[slot]
+        if matched is not None and self.header is not None:
+            dest[matched] = self.header.index
+        return dest
+
+    def serve(self, t: int) -> None:
+        """Route second ``t``'s requests and serve them.
+
+        Routing: a request with draw ``u < header_share`` is header-matched and goes to
+        the header revision when there is one; every other request (all of them without a
+        header route) picks a revision by the cumulative weights in plan order, with the
+        draw rescaled to ``(u - header_share) / (1 - header_share)`` when a header route
+        splits off the matched ones (``u`` as is otherwise). Within a revision the fleet's
+        round robin picks the replica. A revision with no ready replica loses what it is
+        sent at once (503). Errors: a request of a revision with ``error_rate`` e is an
+        error when its own draw (``_ErrorDraws``) is below e; it is served as usual, then
+        observed as an error in its completion second.
+        """
+        offsets, service_s, route_u = self.stream.second(t)
+        arriving = int(offsets.size)
+        assert route_u is not None
+        dest = self._route(route_u) if arriving else _EMPTY_IDS
+        error_u = self.error_draws.second(t) if self.error_draws is not None else None
+        routed = np.bincount(dest + 1, minlength=len(self.revisions) + 1)
+        no_route = int(routed[0])
+        lost = no_route
+        self.no_route += no_route
+        parts: list[_Part] = []
+        met_now = failed_now = 0
+        bounds = model.LATENCY_BUCKETS_US
+        for revision in self.revisions:
+            fleet = revision.fleet
+            count = int(routed[revision.index + 1])
+            revision.routed_tl[t] = count
+            revision.seen_requests += count
+            if count and fleet.receiving_count == 0:
+                revision.lost_unready_tl[t] = count
+                revision.error_rows.values[t, 0] += count
+                lost += count
+                count = 0
+            if fleet.size == 0:
+                continue
+            if count == 0:
+                fleet.step(t, _EMPTY, _EMPTY)
+                continue
+            if count == arriving:
+                x, s, err = offsets, service_s, error_u
+            else:
+                mine = np.flatnonzero(dest == revision.index)
+                x, s = offsets[mine], service_s[mine]
+                err = None if error_u is None else error_u[mine]
+            if revision.scale != 1.0:
+                s = s * revision.scale
+            outcome = fleet.step(t, x, s)
+            order = outcome.order
+            assert outcome.columns is not None
+            ids = fleet.ids[outcome.columns]
+            latency = outcome.wait_s + s[order]
+            arrival = t + x[order]
+            done = arrival + latency
+            done_second = np.floor(done).astype(np.int64)
+            revision.histogram.book(
+                t,
+                done_second,
+                np.searchsorted(bounds, latency * 1e6, side="left").astype(np.int64),
+            )
+            too_slow = latency > self.timeout_s
+            failed = too_slow
+            error_second = np.where(
+                too_slow, np.floor(arrival + self.timeout_s).astype(np.int64), -1
+            )
+            if err is not None and revision.error_rate > 0:
+                is_error = err[order] < revision.error_rate
+                revision.errors_total += int(np.count_nonzero(is_error))
+                failed = too_slow | is_error
+                error_second = np.where(~too_slow & is_error, done_second, error_second)
+            seen = error_second[error_second >= 0]
+            revision.error_rows.book(t, seen)
+            met = ~failed & (latency <= self.slo_s)
+            met_now += int(np.count_nonzero(met))
+            failed_now += int(np.count_nonzero(failed))
+            parts.append(
+                _Part(
+                    revision=revision.index,
+                    ids=ids,
+                    done=done,
+                    latency=latency,
+                    met=met,
+                    failed=failed,
+                    error_second=error_second,
+                )
+            )
+        self.requests += arriving
+        self.met += met_now
+        self.failed += failed_now + lost
+        self.lost_unready += lost
+        self.met_count[t] = met_now
+        if arriving:
+            record = _Second(
+                t=t,
+                parts=parts,
+                lost=lost,
+                last_done=max((float(p.done.max()) for p in parts), default=-math.inf),
+            )
+            self._p99(record)
+            if parts:
+                self.records.append(record)
+        for revision in self.revisions:
+            revision.seen_buckets += revision.histogram.values[t]
+            revision.seen_errors += int(revision.error_rows.values[t, 0])
+
+    def forget(self, t: int) -> None:
+        """Drop the records of seconds whose requests have all completed before ``t``."""
+        records = self.records
+        while records and records[0].last_done < t:
+            records.popleft()
+
+    def bill(self, t: int) -> None:
+        replicas = ready = 0
+        for revision in self.revisions:
+            fleet = revision.fleet
+            revision.weight_tl[t] = revision.weight
+            revision.desired_tl[t] = revision.desired
+            revision.ready_tl[t] = fleet.receiving_count
+            revision.replicas_tl[t] = fleet.size
+            replicas += fleet.size
+            ready += fleet.receiving_count
+        self.total_replicas[t] = replicas
+        self.total_ready[t] = ready
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def simulate_rollout(
+    scenario: control.RolloutScenario,
+    controller: control.Controller,
+    *,
+    seed: int = 0,
+    pipeline: pipeline_mod.PipelineConfig | None = None,
+    record_plans: bool = True,
+) -> RolloutSimResult:
+    """Simulate ``controller`` sizing and weighting the revisions of ``scenario``.
+
+    Raises ValueError for an inconsistent scenario or a plan that cannot be applied (weights
+    not summing to 100, a version the scenario does not define, negative replicas, ...).
+    """
+    config = pipeline if pipeline is not None else pipeline_mod.PipelineConfig()
+    _check_scenario(scenario)
+    period_s = float(controller.period_s)
+    if not period_s > 0:
+        raise ValueError(f"controller {controller.name!r}: period_s must be > 0, got {period_s}")
+    run = _Run(scenario, config, seed)
+    events = sorted(scenario.events, key=lambda event: event.time)
+    next_event = 0
+    starts: list[float] = []
+    phases: list[tuple[float, str]] = []
+    plans: list[tuple[float, Plan]] = []
+    next_scrape = 0.0
+    next_tick = 0.0
+
+    for t in range(run.duration):
+        now = float(t)
+        run.forget(t)
+        for revision in run.revisions:
+            revision.fleet.refresh(now)
+        run.kill_due(t)
+        if t + _EPS >= next_scrape:
+            if run.in_outage(now):
+                run.stale = True
+            else:
+                run.scrape(now)
+            while next_scrape <= t + _EPS:
+                next_scrape += config.scrape_interval_s
+        if t + _EPS >= next_tick:
+            due: list[control.Event] = []
+            while next_event < len(events) and events[next_event].time <= t + _EPS:
+                due.append(events[next_event])
+                next_event += 1
+            starts.extend(e.time for e in due if e.op is control.Op.START)
+            plan = controller.tick(run.observe(now), tuple(due))
+            run.apply(now, plan)
+            run.kill_due(t)
+            if not phases or phases[-1][1] != plan.phase:
+                phases.append((now, plan.phase))
+            if record_plans:
+                plans.append((now, plan))
+            while next_tick <= t + _EPS:
+                next_tick += period_s
+        run.bill(t)
+        run.serve(t)
+
+    arrivals = run.stream.counts.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slo_met = np.where(arrivals > 0, run.met_count / np.maximum(arrivals, 1), np.nan)
+    return RolloutSimResult(
+        scenario=scenario.name,
+        controller=controller.name,
+        seed=seed,
+        t=np.arange(run.duration, dtype=np.int64),
+        offered_rps=np.asarray(scenario.trace.rps, dtype=np.float64),
+        arrivals=arrivals,
+        p99_ms=run.p99_tl,
+        slo_met=slo_met,
+        total_replicas=run.total_replicas,
+        total_ready=run.total_ready,
+        revisions={r.name: r.timeline() for r in run.revisions},
+        phases=tuple(phases),
+        plans=tuple(plans),
+        starts=tuple(starts),
+        requests=run.requests,
+        met_slo=run.met,
+        failed=run.failed,
+        errors=sum(r.errors_total for r in run.revisions),
+        lost_unready=run.lost_unready,
+        lost_cut=run.lost_cut,
+        replica_seconds=float(run.total_replicas.sum()),
+    )

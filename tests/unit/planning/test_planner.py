@@ -1,0 +1,207 @@
+"""The planner's rules on hand-built observations (no simulator)."""
+
+from __future__ import annotations
+
+from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
+from servectl.planning import planner
+from servectl.planning.types import Observed, ObservedRevision
+from servectl.rollout.machine import Intent, Phase
+
+NAMES = {1: "m-v1", 2: "m-v2", 3: "m-v3"}
+
+
+def rev(
+    version: int,
+    *,
+    weight: int,
+    desired: int,
+    ready: int | None = None,
+    available: bool | None = None,
+    rps: float | None = None,
+    cpu: float | None = None,
+) -> ObservedRevision:
+    ready = desired if ready is None else ready
+    snap = Snapshot(
+        time=0.0,
+        replicas=Replicas(current=desired, ready=ready, min=0, max=100),
+        signals=Signals(rps=rps, cpu_usage_cores=cpu),
+    )
+    return ObservedRevision(
+        name=NAMES[version],
+        version=version,
+        desired=desired,
+        ready=ready,
+        weight=weight,
+        available=ready > 0 if available is None else available,
+        snapshot=snap,
+    )
+
+
+def observed(*revisions: ObservedRevision, now: float = 100.0, ok: bool = True) -> Observed:
+    service = Snapshot(time=now, replicas=Replicas(current=0, ready=0), signals=Signals(rps=1000))
+    return Observed(time=now, service=service, revisions=revisions, metrics_ok=ok)
+
+
+def intent(weights: dict[int, int], *, canary: int | None = 2, **extra: object) -> Intent:
+    return Intent(
+        stable=1,
+        canary=canary,
+        weights=weights,
+        phase=Phase.PROGRESSING,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_no_rollout_stable_gets_the_demand() -> None:
+    result, _ = planner.plan(
+        intent({1: 100}, canary=None), observed(rev(1, weight=100, desired=8)), 10,
+        planner.PlannerState(), NAMES,
+    )
+    (only,) = result.revisions
+    assert (only.name, only.replicas, only.weight) == ("m-v1", 10, 100)
+    assert only.reason == "Steady"
+
+
+def test_scale_first_then_shift() -> None:
+    # Canary wanted at 50 %, has no replica yet: weight stays, canary pre-scaled to 5.
+    obs = observed(rev(1, weight=100, desired=10))
+    result, state = planner.plan(intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES)
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    assert (stable.weight, stable.replicas) == (100, 10)
+    assert (canary.weight, canary.replicas) == (0, 5)
+    assert canary.reason == "WaitingForCapacity"
+    # Two of five ready: the weight moves only as far as 2 replicas carry (20 %).
+    obs = observed(
+        rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=2, available=True)
+    )
+    result, state = planner.plan(intent({1: 50, 2: 50}), obs, 10, state, NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.weight == 20
+    stable = result.revision("m-v1")
+    assert stable is not None and stable.weight == 80
+    # The stable lost traffic: it keeps its 10 replicas while draining.
+    assert stable.replicas == 10 and stable.reason == "Draining"
+
+
+def test_not_available_blocks_the_shift_even_with_ready_replicas() -> None:
+    obs = observed(
+        rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5, available=False)
+    )
+    result, _ = planner.plan(intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.weight == 0
+    assert "AVAILABLE" in canary.message
+
+
+def test_drain_then_shrink() -> None:
+    state = planner.PlannerState()
+    obs = observed(
+        rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), now=100.0
+    )
+    result, state = planner.plan(
+        intent({1: 50, 2: 50}, hold_s=30.0), obs, 10, state, NAMES
+    )
+    assert result.revision("m-v1").weight == 50  # type: ignore[union-attr]
+    for now, expected in ((110.0, 10), (129.0, 10), (131.0, 5)):
+        obs = observed(rev(1, weight=50, desired=10), rev(2, weight=50, desired=5), now=now)
+        result, state = planner.plan(intent({1: 50, 2: 50}, hold_s=30.0), obs, 10, state, NAMES)
+        assert result.revision("m-v1").replicas == expected, now  # type: ignore[union-attr]
+
+
+def test_cpu_heavy_canary_adds_canary_replicas_not_stable_ones() -> None:
+    # Canary at 20 % costs 2x per request: demand 12 = 10 (stable-equivalent) x 1.2 mix.
+    obs = observed(
+        rev(1, weight=80, desired=8, rps=800, cpu=16.0),
+        rev(2, weight=20, desired=4, rps=200, cpu=8.0),
+    )
+    result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 12, planner.PlannerState(), NAMES)
+    assert result.revision("m-v1").replicas == 8  # type: ignore[union-attr]
+    assert result.revision("m-v2").replicas == 4  # type: ignore[union-attr]
+
+
+def test_canary_without_samples_borrows_stable_cost() -> None:
+    obs = observed(
+        rev(1, weight=90, desired=9, rps=900, cpu=18.0),
+        rev(2, weight=10, desired=1, rps=0.5, cpu=5.0),  # too few requests to measure
+    )
+    result, state = planner.plan(intent({1: 90, 2: 10}), obs, 10, planner.PlannerState(), NAMES)
+    assert state.cost["m-v2"] == 1.0
+    assert result.revision("m-v2").replicas == 1  # type: ignore[union-attr]
+
+
+def test_surge_budget_limits_prescaling_and_counts_held_replicas() -> None:
+    obs = observed(rev(1, weight=100, desired=10))
+    limits = planner.Limits(surge_replicas=2)
+    result, state = planner.plan(
+        intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES, limits
+    )
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.replicas == 2 and canary.reason == "SurgeLimited"
+
+
+def test_missing_metrics_hold_weights_and_never_shrink() -> None:
+    state = planner.PlannerState(replicas={"m-v1": 10})
+    obs = observed(rev(1, weight=100, desired=10), ok=False)
+    result, _ = planner.plan(intent({1: 100}, canary=None), obs, 4, state, NAMES)
+    stable = result.revision("m-v1")
+    assert stable is not None and stable.replicas == 10 and stable.reason == "MetricsMissing"
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), ok=False)
+    result, _ = planner.plan(intent({1: 50, 2: 50}), obs, 10, state, NAMES)
+    assert result.revision("m-v2").weight == 0  # type: ignore[union-attr]
+
+
+def test_abort_restores_stable_capacity_before_moving_traffic() -> None:
+    # Canary at 50 %, stable shrunk to 5: abort pre-scales stable to 10 first.
+    obs = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=5))
+    result, state = planner.plan(
+        intent({1: 100}, abort=True), obs, 10, planner.PlannerState(), NAMES
+    )
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    assert stable.replicas == 10 and stable.weight == 50
+    assert canary.weight == 50 and canary.replicas == 5
+
+
+def test_hard_abort_moves_traffic_at_once() -> None:
+    obs = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=5))
+    result, _ = planner.plan(
+        intent({1: 100}, abort=True, hard=True), obs, 10, planner.PlannerState(), NAMES
+    )
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    assert (stable.weight, stable.replicas) == (100, 10)
+    assert canary.weight == 0 and canary.reason == "AbortedHard"
+
+
+def test_promotion_keeps_the_current_size() -> None:
+    obs = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=5))
+    result, _ = planner.plan(intent({2: 100}), obs, 10, planner.PlannerState(), NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.replicas == 10
+
+
+def test_header_route_waits_for_capacity() -> None:
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=0, ready=0))
+    result, _ = planner.plan(
+        intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES
+    )
+    assert result.header_revision is None
+    assert result.revision("m-v2").replicas == 1  # type: ignore[union-attr]
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1, ready=1))
+    result, _ = planner.plan(
+        intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES
+    )
+    assert result.header_revision == "m-v2"
+
+
+def test_retired_revision_is_removed_after_the_hold() -> None:
+    state = planner.PlannerState(
+        replicas={"m-v1": 5, "m-v2": 5}, lowered_at={"m-v1": 0.0}, hold_s={"m-v1": 30.0}
+    )
+    obs = observed(rev(1, weight=0, desired=5), rev(2, weight=100, desired=5), now=40.0)
+    result, _ = planner.plan(
+        Intent(stable=2, canary=None, weights={2: 100}), obs, 5, state, NAMES
+    )
+    assert result.revision("m-v1") is None
+    assert [r.name for r in result.revisions] == ["m-v2"]
