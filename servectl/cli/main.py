@@ -191,12 +191,27 @@ def bench(
         bool,
         typer.Option("--micro", help="Instead: time one simulated hour and one policy decision."),
     ] = False,
+    rollouts: Annotated[
+        bool,
+        typer.Option(
+            "--rollouts",
+            help=(
+                "Instead: a canary rollout in the middle of step, spike and diurnal load, "
+                "servectl beside Argo-style and Flagger-style controllers (--traces picks "
+                "traces, --policies picks controllers: servectl,argo-style,flagger-style)."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Run every trace of the standard suite through every policy and compare.
 
     servectl's default policy is compared with Kubernetes HPA v2 and Knative KPA (run
     with their documented defaults and the same per-replica targets) and the
     perfect-foresight oracle. See docs/benchmarks.md for every parameter.
+
+    With --rollouts: each controller runs each trace twice (with and without a rollout
+    starting two minutes before the load change) and reports SLO attainment, requests
+    lost to unready or drained capacity, extra replicas and the rollout's duration.
     """
     from servectl.cli import format as fmt
     from servectl.sim import bench as sim_bench
@@ -204,6 +219,9 @@ def bench(
 
     if micro:
         _micro_bench(as_json)
+        return
+    if rollouts:
+        _rollout_bench(traces_opt, policies_opt, seed, as_json)
         return
     svc = suite.service()
     suite_traces = traces.standard_suite(seed)
@@ -234,6 +252,37 @@ def bench(
     _print_table("per trace", header, rows)
     summary_header, summary_rows = fmt.bench_summary_rows(records)
     _print_table("suite totals and ratios (servectl vs others)", summary_header, summary_rows)
+
+
+def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, as_json: bool) -> None:
+    from servectl.sim import rollout_bench
+
+    names = (
+        [t.strip() for t in traces_opt.split(",") if t.strip()]
+        if traces_opt
+        else list(rollout_bench.ROLLOUT_TRACES)
+    )
+    default_policies = "servectl,hpa,kpa,oracle"
+    controllers = (
+        list(rollout_bench.CONTROLLERS)
+        if policies_opt == default_policies
+        else [p.strip() for p in policies_opt.split(",") if p.strip()]
+    )
+
+    def progress(trace: str, controller: str, index: int, total: int) -> None:
+        if not as_json:
+            err.print(f"[{index}/{total}] {trace} × {controller} (with and without a rollout)")
+
+    try:
+        records = rollout_bench.run_rollout_bench(names, controllers, seed=seed, progress=progress)
+    except ValueError as exc:
+        raise fail(f"--traces/--policies: {exc}") from exc
+    if as_json:
+        for record in records:
+            print(json.dumps(record.to_record()))
+        return
+    header, rows = rollout_bench.table(records)
+    _print_table("rollouts under load (servectl vs emulated peers)", header, rows)
 
 
 def _micro_bench(as_json: bool) -> None:

@@ -7,9 +7,13 @@ One call per cycle, pure. The rules, and where each is enforced:
    as far as its *ready* replicas can carry at its own per-request cost, and only once
    TF Serving reports the version AVAILABLE. The replicas for the target share are
    ordered first (pre-scaling), so the shift follows as they become ready.
-2. Drain, then shrink (:func:`_replicas`): a revision whose share went down keeps its
-   replicas for ``hold_s`` (``drainSeconds``, or blue/green's scale-down delay) after
-   the route change was applied.
+2. Drain, then shrink (:func:`_replicas`): a revision whose share went down keeps,
+   for ``hold_s`` (``drainSeconds``, or blue/green's scale-down delay) after the route
+   change was applied, the capacity of the share it had before (its replicas, or fewer
+   if the autoscaler's demand fell meanwhile: what the old share needs at today's
+   demand). A further lowering within the window restarts the clock and keeps the
+   highest share. The share loss alone never shrinks a revision before its deadline;
+   demand falling is the autoscaler's business (its scale-down stabilization).
 3. Per-revision sizing (:func:`need`): the autoscaler decides the total ``demand`` in
    replicas of the current traffic mix; a revision at share ``e`` with relative cost
    ``r`` (its CPU seconds per request over the stable revision's) gets
@@ -57,6 +61,7 @@ class PlannerState:
     shares: Mapping[str, float] = field(default_factory=dict)  # last planned effective share
     lowered_at: Mapping[str, float] = field(default_factory=dict)
     hold_s: Mapping[str, float] = field(default_factory=dict)
+    held_share: Mapping[str, float] = field(default_factory=dict)  # share before lowering
     cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
     header_share: float | None = None
 
@@ -182,8 +187,12 @@ def plan(
     # Lowered shares start (or restart) the drain clock.
     lowered_at = dict(state.lowered_at)
     hold_s = dict(state.hold_s)
+    held_share = dict(state.held_share)
     for name, share in current_shares.items():
         if new_shares.get(name, 0.0) < share - 1e-9:
+            since = lowered_at.get(name)
+            still_held = since is not None and now < since + hold_s.get(name, 0.0)
+            held_share[name] = max(share, held_share.get(name, 0.0)) if still_held else share
             lowered_at[name] = now
             hold_s[name] = intent.hold_s
     names_all = sorted(
@@ -202,6 +211,7 @@ def plan(
         target_shares=target_shares,
         lowered_at=lowered_at,
         hold_s=hold_s,
+        held_share=held_share,
         needs=needs,
         ready=ready,
         limits=limits,
@@ -221,6 +231,7 @@ def plan(
         if name not in kept:
             lowered_at.pop(name, None)
             hold_s.pop(name, None)
+            held_share.pop(name, None)
     revisions = tuple(
         RevisionPlan(
             name=name,
@@ -237,6 +248,7 @@ def plan(
         shares={n: new_shares.get(n, 0.0) for n in kept},
         lowered_at=lowered_at,
         hold_s=hold_s,
+        held_share=held_share,
         cost={n: c for n, c in costs.items() if n in kept},
         header_share=hs,
     )
@@ -355,6 +367,7 @@ def _replicas(
     target_shares: Mapping[str, float],
     lowered_at: Mapping[str, float],
     hold_s: Mapping[str, float],
+    held_share: Mapping[str, float],
     needs: _Needs,
     ready: Mapping[str, int],
     limits: Limits,
@@ -393,8 +406,10 @@ def _replicas(
             want = max(b, scaled)  # never below what its traffic needs
         prescale[name] = max(0, want - b)
         since = lowered_at.get(name)
-        if since is not None and now < since + hold_s.get(name, 0.0) and previous > b:
-            held[name] = previous - b
+        if since is not None and now < since + hold_s.get(name, 0.0):
+            floor = min(previous, needs(name, held_share.get(name, share)))
+            if floor > b:
+                held[name] = floor - b
     extra_budget = limits.surge_replicas
     if extra_budget is not None:
         holdover = sum(held.values())

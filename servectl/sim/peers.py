@@ -235,7 +235,7 @@ class ArgoStyle:
       available at the new counts (and no older ReplicaSet has available pods); until
       then it stays at the previous ``setWeight``, and at 0 while the canary has no
       available pod. ``weight_before_ready=True`` instead moves the weight as soon as the
-      step is reached (the model some comparisons assume; not what Argo does since v1.2);
+      step is reached (the model some comparisons assume; not what Argo does since v1.1);
     - a ``setWeight`` step completes when the counts are available; ``pause`` after its
       seconds (without: on resume/promote); ``analysis`` after one interval, judged over
       the step's window: Successful -> next step, Failed -> abort, Inconclusive -> paused
@@ -1015,7 +1015,7 @@ class FlaggerStyle:
         op = event.op
         if op is control.Op.START and event.version is not None:
             self._start(event.version)
-        elif op is control.Op.ABORT:
+        elif op is control.Op.ABORT and self.native_phase == "Progressing":
             self.rollback_requested = True
             self._note("rollback gate opened")
         elif op is control.Op.PAUSE:

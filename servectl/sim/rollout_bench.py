@@ -1,0 +1,257 @@
+"""``servectl bench --rollouts``: a rollout in the middle of step, spike and diurnal load.
+
+For every trace, each controller runs twice on the same arrivals (same seed): once
+without a rollout and once with a new version started in the middle of the trace (two
+minutes before the load change, for traces that have one). Reported per controller:
+SLO attainment with and without the rollout, requests lost to unready capacity
+(routed to a revision with no ready replica) and cut by a shrink (still queued when
+their replica was killed), the peak of extra replicas the rollout held (replicas with
+the rollout minus replicas without, second by second, over the rollout's window) and the
+rollout's duration.
+
+Controllers: servectl (its autoscaling engine + rollout + planner), ``argo-style`` (one
+HPA over stable+canary pods, canary replicas = ceil(weight x total)) and
+``flagger-style`` (independent HPAs for primary and canary); docs/peers.md says how the
+peers are emulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from servectl.api import models
+from servectl.autoscaling import registry
+from servectl.planning import loop
+from servectl.sim import control, model, peers, rollout_sim, runner, suite, traces
+from servectl.sim.servectl_controller import ServectlController
+
+ROLLOUT_TRACES = ("step", "spike", "diurnal")
+CONTROLLERS = ("servectl", "argo-style", "flagger-style")
+LEAD_S = 120
+"""The rollout starts this long before the load change (or mid-trace without one)."""
+
+
+def bench_rollout_spec() -> models.RolloutSpec:
+    """The canary every controller runs: four weight steps, two analyses, two pauses."""
+    return models.RolloutSpec.model_validate(
+        {
+            "strategy": "canary",
+            "steps": [
+                {"setWeight": 10},
+                {"pause": {"seconds": 120}},
+                {"setWeight": 25},
+                {"analysis": {}},
+                {"setWeight": 50},
+                {"pause": {"seconds": 120}},
+                {"setWeight": 75},
+                {"analysis": {}},
+            ],
+            "analysis": {
+                "interval": "30s",
+                "minSamples": 500,
+                "checks": [
+                    {"metric": "errorRate", "max": 0.01},
+                    {"metric": "latencyP99", "maxRatioToStable": 1.5},
+                ],
+            },
+            "drainSeconds": 30,
+        }
+    )
+
+
+def start_time(trace: traces.Trace) -> int:
+    """Two minutes before the largest abrupt rise, else the middle minus five minutes."""
+    rise = runner._largest_rise(np.asarray(trace.rps, dtype=np.float64))
+    if rise is not None:
+        return max(60, rise - LEAD_S)
+    return max(60, trace.duration_s // 2 - 300)
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    trace: str
+    controller: str
+    seed: int
+    with_rollout: rollout_sim.RolloutSimResult
+    without: rollout_sim.RolloutSimResult
+
+    @property
+    def slo_delta_pp(self) -> float:
+        return (self.with_rollout.slo_attainment - self.without.slo_attainment) * 100.0
+
+    def _extra(self) -> npt.NDArray[np.int64]:
+        """Replicas with the rollout minus without, each second of the rollout's window
+        (to the end of the trace if it never ended)."""
+        run = self.with_rollout
+        window = run.rollout_window()
+        start = int(window[0]) if window else int(run.starts[0]) if run.starts else 0
+        end = int(window[1]) + 1 if window else run.duration_s
+        with_rollout = run.total_replicas[start:end].astype(np.int64)
+        return with_rollout - self.without.total_replicas[start:end].astype(np.int64)
+
+    @property
+    def peak_extra_replicas(self) -> int:
+        """The largest second-by-second excess. Sensitive to the two runs' autoscalers
+        acting a few seconds apart under fast load changes; see extra_replica_seconds."""
+        delta = self._extra()
+        return int(delta.max()) if delta.size else 0
+
+    @property
+    def extra_replica_seconds(self) -> float:
+        """Replica-seconds the rollout cost over the same run without it, in its window."""
+        return float(self._extra().sum())
+
+    def to_record(self) -> dict[str, Any]:
+        window = self.with_rollout.rollout_window()
+        duration = None if window is None else float(window[1] - window[0])
+        started = self.with_rollout.starts[0] if self.with_rollout.starts else None
+        return {
+            "trace": self.trace,
+            "controller": self.controller,
+            "seed": self.seed,
+            "requests": self.with_rollout.requests,
+            "slo_attainment": self.with_rollout.slo_attainment,
+            "slo_attainment_no_rollout": self.without.slo_attainment,
+            "slo_delta_pp": self.slo_delta_pp,
+            "lost_unready": self.with_rollout.lost_unready,
+            "lost_cut": self.with_rollout.lost_cut,
+            "lost": self.with_rollout.lost,
+            "lost_no_rollout": self.without.lost,
+            "peak_extra_replicas": self.peak_extra_replicas,
+            "extra_replica_seconds": self.extra_replica_seconds,
+            "replica_seconds": self.with_rollout.replica_seconds,
+            "replica_seconds_no_rollout": self.without.replica_seconds,
+            "rollout_start_s": started,
+            "rollout_duration_s": duration,
+            "final_phase": self.with_rollout.phase_at(self.with_rollout.duration_s - 1),
+        }
+
+
+ControllerFactory = Callable[[control.RolloutScenario, int], control.Controller]
+
+
+def controller_factories(
+    svc: model.ServiceModel, spec: models.RolloutSpec
+) -> dict[str, ControllerFactory]:
+    cfg = suite.autoscaling_config(svc)
+    hpa_cfg = peers.peer_hpa_config(suite.MIN_REPLICAS, suite.MAX_REPLICAS, suite.CPU_TARGET)
+
+    def servectl(scenario: control.RolloutScenario, initial: int) -> control.Controller:
+        service = loop.ServiceSpec(
+            name=scenario.service_name,
+            rollout=spec,
+            min_replicas=scenario.min_replicas,
+            max_replicas=scenario.max_replicas,
+        )
+        return ServectlController(
+            service, registry.build("servectl", cfg), scenario.stable_version, initial
+        )
+
+    def argo(scenario: control.RolloutScenario, initial: int) -> control.Controller:
+        del initial
+        return peers.ArgoStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)
+
+    def flagger(scenario: control.RolloutScenario, initial: int) -> control.Controller:
+        del initial
+        return peers.FlaggerStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)
+
+    return {"servectl": servectl, "argo-style": argo, "flagger-style": flagger}
+
+
+def scenario_for(
+    trace: traces.Trace, svc: model.ServiceModel, *, with_rollout: bool
+) -> control.RolloutScenario:
+    events = (control.Event(float(start_time(trace)), control.Op.START, 2),) if with_rollout else ()
+    return control.RolloutScenario(
+        name=trace.name,
+        trace=trace,
+        revisions={1: control.RevisionModel(1, svc), 2: control.RevisionModel(2, svc)},
+        stable_version=1,
+        events=events,
+        service_name="model",
+        min_replicas=suite.MIN_REPLICAS,
+        max_replicas=suite.MAX_REPLICAS,
+    )
+
+
+def run_rollout_bench(
+    trace_names: Sequence[str] = ROLLOUT_TRACES,
+    controllers: Sequence[str] = CONTROLLERS,
+    *,
+    seed: int = 0,
+    progress: Callable[[str, str, int, int], None] | None = None,
+) -> list[RolloutRecord]:
+    svc = suite.service()
+    spec = bench_rollout_spec()
+    factories = controller_factories(svc, spec)
+    unknown = [c for c in controllers if c not in factories]
+    if unknown:
+        raise ValueError(
+            f"unknown controller {', '.join(unknown)}; choose from {', '.join(factories)}"
+        )
+    by_name = {t.name: t for t in traces.standard_suite(seed)}
+    missing = [t for t in trace_names if t not in by_name]
+    if missing:
+        raise ValueError(f"unknown trace {', '.join(missing)}; choose from {', '.join(by_name)}")
+    records = []
+    total = len(trace_names) * len(controllers)
+    index = 0
+    for trace_name in trace_names:
+        trace = by_name[trace_name]
+        initial = runner.initial_replicas_for(trace, svc, suite.MIN_REPLICAS, suite.MAX_REPLICAS)
+        for name in controllers:
+            index += 1
+            if progress is not None:
+                progress(trace_name, name, index, total)
+            results = []
+            for with_rollout in (True, False):
+                scenario = scenario_for(trace, svc, with_rollout=with_rollout)
+                controller = factories[name](scenario, initial)
+                results.append(
+                    rollout_sim.simulate_rollout(
+                        scenario, controller, seed=seed, record_plans=False
+                    )
+                )
+            records.append(RolloutRecord(trace_name, name, seed, results[0], results[1]))
+    return records
+
+
+def table(records: Sequence[RolloutRecord]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "trace",
+        "controller",
+        "SLO %",
+        "no rollout",
+        "Δ pp",
+        "lost unready",
+        "lost cut",
+        "peak extra",
+        "extra rep·s",
+        "duration s",
+        "phase",
+    ]
+    rows = []
+    for r in records:
+        rec = r.to_record()
+        duration = rec["rollout_duration_s"]
+        rows.append(
+            [
+                r.trace,
+                r.controller,
+                f"{rec['slo_attainment'] * 100:.3f}",
+                f"{rec['slo_attainment_no_rollout'] * 100:.3f}",
+                f"{rec['slo_delta_pp']:+.3f}",
+                str(rec["lost_unready"]),
+                str(rec["lost_cut"]),
+                str(rec["peak_extra_replicas"]),
+                f"{rec['extra_replica_seconds']:.0f}",
+                "never ended" if duration is None else f"{duration:.0f}",
+                str(rec["final_phase"]),
+            ]
+        )
+    return header, rows
