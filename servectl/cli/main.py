@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servectl import __version__
+from servectl.cli.rollout_cmd import rollout_app
 
 app = typer.Typer(
     name="servectl",
@@ -34,6 +35,7 @@ policy_app = typer.Typer(
 crds_app = typer.Typer(help="CustomResourceDefinitions for ModelService and ScalingPolicy.")
 app.add_typer(policy_app, name="policy")
 app.add_typer(crds_app, name="crds")
+app.add_typer(rollout_app, name="rollout")
 
 out = Console()
 err = Console(stderr=True)

@@ -8,6 +8,7 @@ is a value (:class:`LoopState`, with a JSON form) kept in the ModelService statu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,6 +19,9 @@ from servectl.autoscaling import snapshot
 from servectl.planning import planner
 from servectl.planning.types import Observed, Plan
 from servectl.rollout import machine
+
+DEFAULT_SURGE = 0.25
+"""Surge budget without ``surgeBudget``: this share of the demand (Deployment maxSurge)."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,18 @@ class ServiceSpec:
     def revision_name(self, version: int) -> str:
         return f"{self.name}-v{version}"
 
-    def surge_replicas(self) -> int | None:
-        """The surge budget in replicas (the tighter of its replicas and gpus bounds)."""
+    def surge_replicas(self, demand: int) -> int | None:
+        """The surge budget in replicas (the tighter of its replicas and gpus bounds).
+
+        Omitted: a quarter of the current demand (at least one replica), like a
+        Deployment's default maxSurge of 25 %, so a rollout never doubles the fleet.
+        Blue/green holds a full second fleet by design and has no budget.
+        """
         budget = self.rollout.surge_budget
-        if budget is None:
+        if self.rollout.strategy is models.RolloutStrategy.BLUE_GREEN:
             return None
+        if budget is None:
+            return max(1, math.ceil(demand * DEFAULT_SURGE))
         bounds = []
         if budget.replicas is not None:
             bounds.append(budget.replicas)
@@ -156,7 +167,7 @@ def decide(
         planner.Limits(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
-            surge_replicas=spec.surge_replicas(),
+            surge_replicas=spec.surge_replicas(demand),
         ),
     )
     if errors:

@@ -195,11 +195,15 @@ def plan(
             held_share[name] = max(share, held_share.get(name, 0.0)) if still_held else share
             lowered_at[name] = now
             hold_s[name] = intent.hold_s
+    # The canary is planned even at weight 0 and before it exists: a blue/green preview
+    # and a setCanaryScale step size it ahead of any traffic.
+    canary_name = names[intent.canary] if intent.canary is not None else None
     names_all = sorted(
         set(new_shares)
         | set(target_shares)
         | {r.name for r in observed.revisions}
-        | set(state.replicas),
+        | set(state.replicas)
+        | ({canary_name} if canary_name is not None else set()),
         key=lambda n: (n != stable, n),
     )
     replicas, reasons = _replicas(

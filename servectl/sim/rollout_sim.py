@@ -466,10 +466,12 @@ class _Run:
                     f"{scenario.name!r} does not define (versions: {sorted(scenario.revisions)})"
                 )
             expected = scenario.revision_name(rp.version)
-            if rp.name != expected:
+            # Two groups of pods may run one version (Flagger's primary and canary):
+            # "<name>-<suffix>" is a second revision of the same version.
+            if rp.name != expected and not rp.name.startswith(expected + "-"):
                 raise ValueError(
                     f"plan revision {rp.name!r} has version {rp.version}, whose name is "
-                    f"{expected!r}"
+                    f"{expected!r} (or {expected!r} + '-<suffix>')"
                 )
             if rp.name in names:
                 raise ValueError(f"plan lists revision {rp.name!r} twice")

@@ -677,16 +677,18 @@ SIM_SPEC = rollout(
 )  # fmt: skip
 
 
-def _accepts_role_names() -> bool:
-    """Whether the simulator takes a revision named other than ``model-v<version>``."""
-    try:
+def test_sim_accepts_a_second_pod_group_of_one_version() -> None:
+    """``model-v1-primary`` is a revision of version 1 beside ``model-v1``."""
+    result = rollout_sim.simulate_rollout(
+        scenario(seconds=2),
+        _Fixed(Plan((rollout_sim.RevisionPlan("model-v1-primary", 1, 1, 100, "x"),))),
+    )
+    assert "model-v1-primary" in result.revisions
+    with pytest.raises(ValueError, match="whose name is"):
         rollout_sim.simulate_rollout(
             scenario(seconds=2),
-            _Fixed(Plan((rollout_sim.RevisionPlan("model-v1-primary", 1, 1, 100, "x"),))),
+            _Fixed(Plan((rollout_sim.RevisionPlan("other-v1", 1, 1, 100, "x"),))),
         )
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass
@@ -737,11 +739,6 @@ def test_sim_flagger_rolls_back_a_failing_canary() -> None:
 
 
 def test_sim_flagger_promotes_through_a_primary_rolling_update() -> None:
-    if not _accepts_role_names():
-        pytest.xfail(
-            "rollout_sim only accepts revision names model-v<version>; Flagger's primary "
-            "running the new version needs its own name (model-v2-primary)"
-        )
     scen = scenario()
     result = rollout_sim.simulate_rollout(scen, FlaggerStyle.for_scenario(SIM_SPEC, scen), seed=1)
     assert result.to_record()["final_phase"] == "Completed"

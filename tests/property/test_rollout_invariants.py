@@ -1,0 +1,623 @@
+"""Property-based tests of the coordination invariants (the rules in
+``servectl.planning.planner``'s docstring), at every controller tick.
+
+Two levels:
+
+- the whole loop in the multi-revision simulator: random short load traces, random
+  rollout specs (canary or blue/green), random user commands, canary costs, error rates
+  and metrics outages. A recording wrapper around :class:`ServectlController` keeps, for
+  every tick, the :class:`Observed` it was given, the rollout's :class:`Intent`, the
+  autoscaler's demand, the planner state before and after and the :class:`Plan` applied
+  (the planner call is observed, not altered);
+- the planner alone: random hand-built observations, intents and planner states straight
+  into :func:`planner.plan` (many more examples, one step each).
+
+Both check the same rules from the inputs of the tick (:class:`Step`): every revision's
+current, planned and target share, the planner's own cost estimate and ``need``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servectl.api import models
+from servectl.autoscaling import registry
+from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
+from servectl.planning import loop, planner
+from servectl.planning.types import Observed, ObservedRevision, Plan
+from servectl.rollout.machine import Intent, Phase
+from servectl.sim import control, model, rollout_sim, runner, suite, traces
+from servectl.sim.servectl_controller import ServectlController
+
+EPS = 1e-9
+SERVICE = "m"
+SVC = suite.service()
+
+
+def rev_name(version: int) -> str:
+    return f"{SERVICE}-v{version}"
+
+
+# ----------------------------------------------------------------------------- one tick
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Everything the planner was given and returned at one controller tick."""
+
+    observed: Observed
+    intent: Intent
+    demand: int
+    before: planner.PlannerState
+    after: planner.PlannerState
+    names: Mapping[int, str]
+    limits: planner.Limits
+    plan: Plan
+
+    @property
+    def time(self) -> float:
+        return self.observed.time
+
+
+def effective(weights: Mapping[str, int], header: str | None, hs: float) -> dict[str, float]:
+    """Each revision's share of all requests (types.py: weights split the unmatched part)."""
+    matched = hs if header is not None else 0.0
+    shares = {n: (1.0 - matched) * w / 100.0 for n, w in weights.items() if w > 0}
+    if header is not None:
+        shares[header] = shares.get(header, 0.0) + matched
+    return shares
+
+
+@dataclass
+class Step:
+    """One tick re-derived from its inputs: shares before/after/target, costs, ``need``."""
+
+    tick: Tick
+    stable: str
+    cur_w: dict[str, int]
+    new_w: dict[str, int]
+    target_w: dict[str, int]
+    cur_header: str | None
+    new_header: str | None
+    target_header: str | None
+    cur_share: dict[str, float]
+    new_share: dict[str, float]
+    target_share: dict[str, float]
+    cost: dict[str, float]
+    mix: float
+    ready: dict[str, int]
+    available: dict[str, bool]
+    planned: dict[str, int]
+    prev: dict[str, int]  # the replicas the planner last asked for (its "previous")
+
+    @classmethod
+    def of(cls, tick: Tick) -> Step:
+        obs, intent, names = tick.observed, tick.intent, tick.names
+        stable = names[intent.stable]
+        cur_w = {r.name: r.weight for r in obs.revisions if r.weight > 0}
+        assert sum(cur_w.values()) == 100, f"t={tick.time}: observed weights {cur_w}"
+        new_w = {r.name: r.weight for r in tick.plan.revisions if r.weight > 0}
+        target_w = {names[v]: w for v, w in intent.weights.items() if w > 0}
+        target_header = names[intent.header] if intent.header is not None else None
+        hs = tick.after.header_share
+        assert hs is not None
+        cur_share = effective(cur_w, obs.header_revision, hs)
+        # The planner's own cost estimate this tick (its state's smoothed estimate
+        # updated with this tick's measurement); it must be what it kept.
+        cost = planner._measure_costs(obs, stable, tick.before.cost)
+        for name, kept in tick.after.cost.items():
+            assert math.isclose(kept, cost[name]), (name, kept, cost[name])
+        mix = sum(share * cost.get(n, 1.0) for n, share in cur_share.items())
+        prev: dict[str, int] = {}
+        for r in obs.revisions:
+            prev[r.name] = r.desired
+        prev.update(tick.before.replicas)
+        return cls(
+            tick=tick,
+            stable=stable,
+            cur_w=cur_w,
+            new_w=new_w,
+            target_w=target_w,
+            cur_header=obs.header_revision,
+            new_header=tick.plan.header_revision,
+            target_header=target_header,
+            cur_share=cur_share,
+            new_share=effective(new_w, tick.plan.header_revision, hs),
+            target_share=effective(target_w, target_header, hs),
+            cost=cost,
+            mix=mix,
+            ready={r.name: r.ready for r in obs.revisions},
+            available={r.name: r.available for r in obs.revisions},
+            planned={r.name: r.replicas for r in tick.plan.revisions},
+            prev=prev,
+        )
+
+    @property
+    def time(self) -> float:
+        return self.tick.time
+
+    @property
+    def hard_abort(self) -> bool:
+        return self.tick.intent.abort and self.tick.intent.hard
+
+    def need(self, name: str, share: float) -> int:
+        return planner.need(self.tick.demand, share, self.cost.get(name, 1.0), self.mix)
+
+    def names(self) -> set[str]:
+        return set(self.planned) | set(self.prev) | set(self.cur_w)
+
+    def rising(self, name: str) -> bool:
+        return (
+            self.new_w.get(name, 0) > self.cur_w.get(name, 0)
+            or self.new_share.get(name, 0.0) > self.cur_share.get(name, 0.0) + EPS
+        )
+
+    def lowered(self, name: str) -> bool:
+        return self.new_share.get(name, 0.0) < self.cur_share.get(name, 0.0) - EPS
+
+    def base(self, name: str) -> int:
+        """Replicas for its new share: ``need``, or its previous size when it is not losing
+        traffic and 5 % more demand would still need them (SHRINK_TOLERANCE, no jitter)."""
+        share = self.new_share.get(name, 0.0)
+        b = self.need(name, share)
+        previous = self.prev.get(name, 0)
+        not_losing = share > 0 and self.target_share.get(name, 0.0) >= share - EPS
+        if not_losing and previous > b:
+            if self.need(name, share * (1.0 + planner.SHRINK_TOLERANCE)) >= previous:
+                b = previous
+        return b
+
+
+# ----------------------------------------------------------------------------- the rules
+
+
+def check_basics(s: Step) -> list[str]:
+    """A plan is applicable: weights 0..100 summing to 100, replicas >= 0, reasons given."""
+    out = []
+    weights = [r.weight for r in s.tick.plan.revisions]
+    if sum(weights) != 100 or any(not 0 <= w <= 100 for w in weights):
+        out.append(f"t={s.time}: weights {weights}")
+    for r in s.tick.plan.revisions:
+        if r.replicas < 0:
+            out.append(f"t={s.time}: {r.name} has {r.replicas} replicas")
+        if not r.reason:
+            out.append(f"t={s.time}: {r.name} has no reason")
+    if s.new_header is not None and s.new_header not in s.planned:
+        out.append(f"t={s.time}: header route to {s.new_header}, not in the plan")
+    return out
+
+
+def check_scale_first(s: Step) -> list[str]:
+    """Rule 1: a share rises only onto ready, AVAILABLE capacity for the new share. The one
+    exception, a hard abort, moves exactly to the intent (stable at 100 %, no header) and
+    sizes stable for all of it."""
+    out = []
+    for name, share in s.new_share.items():
+        if not s.rising(name):
+            continue
+        wanted = s.need(name, share)
+        ready, up = s.ready.get(name, 0), s.available.get(name, False)
+        if up and ready >= wanted:
+            continue
+        if (
+            s.hard_abort
+            and name == s.stable
+            and s.new_w == s.target_w == {s.stable: 100}
+            and s.new_header is None
+            and s.target_header is None
+        ):
+            if s.planned.get(name, 0) < wanted:
+                out.append(
+                    f"t={s.time}: hard abort: {name} planned {s.planned.get(name, 0)} < {wanted}"
+                )
+            continue
+        out.append(
+            f"t={s.time}: {name} rises {s.cur_w.get(name, 0)} -> {s.new_w.get(name, 0)} % "
+            f"(share {s.cur_share.get(name, 0.0):.3f} -> {share:.3f}) with {ready} ready "
+            f"(available={up}), needs {wanted}"
+        )
+    return out
+
+
+def check_never_below_base(s: Step) -> list[str]:
+    """Every revision gets at least what its new share needs (rule 3)."""
+    return [
+        f"t={s.time}: {name} planned {s.planned.get(name, 0)} < base {s.base(name)} for share "
+        f"{s.new_share.get(name, 0.0):.3f}"
+        for name in s.names()
+        if s.planned.get(name, 0) < s.base(name)
+    ]
+
+
+def held_capacity(s: Step, name: str, since: float, hold: float, share: float) -> int:
+    """Rule 2's floor for a revision lowered at ``since`` (``share`` before lowering):
+    the capacity of the old share at today's demand, never more than it had."""
+    if not s.time < since + hold:
+        return 0
+    return min(s.prev.get(name, 0), s.need(name, share))
+
+
+def check_missing_metrics(s: Step) -> list[str]:
+    """Rule 8: with stale metrics nothing shrinks and weights hold; an abort still moves
+    traffic back to stable (only toward it)."""
+    if s.tick.observed.metrics_ok:
+        return []
+    out = []
+    for name in s.names():
+        if s.planned.get(name, 0) < s.prev.get(name, 0):
+            out.append(
+                f"t={s.time}: metrics stale, {name} shrinks {s.prev.get(name, 0)} -> "
+                f"{s.planned.get(name, 0)}"
+            )
+    if not s.tick.intent.abort:
+        if s.new_w != s.cur_w or s.new_header != s.cur_header:
+            out.append(f"t={s.time}: metrics stale, weights {s.cur_w} -> {s.new_w}")
+    else:
+        for name in s.names():
+            up = s.new_w.get(name, 0) - s.cur_w.get(name, 0)
+            if (name == s.stable and up < 0) or (name != s.stable and up > 0):
+                out.append(f"t={s.time}: metrics stale, abort moves {name} by {up} %")
+    return out
+
+
+@dataclass
+class Drain:
+    since: float
+    hold: float
+    share: float  # the highest share it had before lowering (a chain restarts the clock)
+
+
+def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
+    """Rule 6: with a surge budget B, replicas added ahead of traffic (planned minus base
+    minus held) plus replicas held while draining stay within B. Replicas already running
+    are never cut for the budget (rule 2 wins: ``held`` alone may exceed B, and then
+    nothing is added ahead), and with stale metrics nothing shrinks (rule 8 wins: a
+    revision held at its previous size adds nothing ahead)."""
+    budget = s.tick.limits.surge_replicas
+    if budget is None:
+        return []
+    held: dict[str, int] = {}
+    added: dict[str, int] = {}
+    for name in s.names():
+        base = s.base(name)
+        drain = drains.get(name)
+        floor = 0 if drain is None else held_capacity(s, name, drain.since, drain.hold, drain.share)
+        held[name] = max(0, floor - base)
+        planned = s.planned.get(name, 0)
+        stale_hold = not s.tick.observed.metrics_ok and planned == s.prev.get(name, 0)
+        added[name] = 0 if stale_hold else planned - base - held[name]
+    holdover = sum(held.values())
+    extra = sum(max(0, a) for a in added.values())
+    if extra > max(0, budget - holdover):
+        return [
+            f"t={s.time}: surge budget {budget}: added ahead {added}, held {held} "
+            f"(planned {s.planned}, prev {s.prev})"
+        ]
+    return []
+
+
+def check_step(s: Step, drains: Mapping[str, Drain]) -> list[str]:
+    """The single-step rules (every level)."""
+    out = check_basics(s)
+    out += check_scale_first(s)
+    out += check_never_below_base(s)
+    out += check_missing_metrics(s)
+    out += check_surge(s, drains)
+    for name, drain in drains.items():
+        floor = held_capacity(s, name, drain.since, drain.hold, drain.share)
+        if s.planned.get(name, 0) < floor:
+            out.append(
+                f"t={s.time}: {name} lowered at t={drain.since} (hold {drain.hold} s, share "
+                f"{drain.share:.3f}) planned {s.planned.get(name, 0)} < {floor}"
+            )
+    return out
+
+
+def update_drains(s: Step, drains: dict[str, Drain]) -> dict[str, Drain]:
+    """The drain windows in effect after this tick's lowering (rule 2)."""
+    out = dict(drains)
+    for name, share in s.cur_share.items():
+        if not s.lowered(name):
+            continue
+        old = out.get(name)
+        still = old is not None and s.time < old.since + old.hold
+        highest = max(share, old.share) if still and old is not None else share
+        out[name] = Drain(since=s.time, hold=s.tick.intent.hold_s, share=highest)
+    return out
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+@contextmanager
+def planner_calls() -> Iterator[list[tuple[Any, ...]]]:
+    """Record every planner.plan call (arguments and result) inside the block."""
+    calls: list[tuple[Any, ...]] = []
+    original = planner.plan
+
+    def spy(
+        intent: Intent,
+        observed: Observed,
+        demand: int,
+        state: planner.PlannerState,
+        names: Mapping[int, str],
+        limits: planner.Limits | None = None,
+    ) -> tuple[Plan, planner.PlannerState]:
+        result, after = original(intent, observed, demand, state, names, limits)
+        calls.append((intent, observed, demand, state, names, limits, result, after))
+        return result, after
+
+    with mock.patch.object(planner, "plan", spy):
+        yield calls
+
+
+@dataclass
+class Recording:
+    """A controller wrapper (same name, period and tick) keeping every tick's record."""
+
+    inner: ServectlController
+    ticks: list[Tick] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def period_s(self) -> float:
+        return self.inner.period_s
+
+    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
+        with planner_calls() as calls:
+            result = self.inner.tick(observed, events)
+        ((intent, seen, demand, before, names, limits, _, after),) = calls
+        assert seen is observed
+        self.ticks.append(
+            Tick(
+                observed=observed,
+                intent=intent,
+                demand=demand,
+                before=before,
+                after=after,
+                names=dict(names),
+                limits=limits or planner.Limits(),
+                plan=result,
+            )
+        )
+        return result
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True)
+class Case:
+    scenario: control.RolloutScenario
+    spec: models.RolloutSpec
+    drain_s: int
+    delay_s: int | None  # blue/green's scale-down delay
+
+
+@st.composite
+def load_traces(draw: st.DrawFn) -> traces.Trace:
+    """300-900 s, 20-600 rps, a few random steps and spikes."""
+    duration = draw(st.integers(300, 900))
+    rps = np.full(duration, float(draw(st.integers(20, 600))))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, duration - 1))
+        level = float(draw(st.integers(20, 600)))
+        if draw(st.booleans()):
+            rps[at:] = level  # a step
+        else:
+            rps[at : at + draw(st.integers(5, 120))] = level  # a spike (or a dip)
+    return traces.Trace("prop", rps)
+
+
+@st.composite
+def canary_steps(draw: st.DrawFn) -> list[dict[str, Any]]:
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["setWeight", "setWeight", "pause", "analysis", "scale"]),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    weights = iter(
+        sorted(draw(st.lists(st.integers(1, 100), min_size=len(kinds), max_size=len(kinds))))
+    )
+    steps: list[dict[str, Any]] = []
+    for kind in kinds:
+        if kind == "setWeight":
+            steps.append({"setWeight": next(weights)})
+        elif kind == "pause":
+            steps.append({"pause": {"seconds": draw(st.integers(0, 60))}})
+        elif kind == "analysis":
+            steps.append({"analysis": {}})
+        elif draw(st.booleans()):
+            steps.append({"setCanaryScale": {"replicas": draw(st.integers(1, 5))}})
+        else:
+            steps.append({"setCanaryScale": {"weight": draw(st.integers(1, 100))}})
+    return steps
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    trace = draw(load_traces())
+    duration = trace.duration_s
+    blue_green = draw(st.integers(0, 3)) == 0
+    drain = draw(st.integers(0, 60))
+    doc: dict[str, Any] = {
+        "drainSeconds": drain,
+        "analysis": {
+            "interval": f"{draw(st.integers(4, 30))}s",
+            "minSamples": draw(st.integers(20, 300)),
+            "checks": [{"metric": "errorRate", "max": 0.05}]
+            + (
+                [{"metric": "latencyP99", "maxRatioToStable": 2.0}]
+                if draw(st.booleans())
+                else []
+            ),
+        },
+        "hardFailureErrorRate": draw(st.sampled_from([0.5, 0.15, 0.08])),
+        "progressDeadlineSeconds": draw(st.sampled_from([60, 600])),
+    }
+    delay: int | None = None
+    if blue_green:
+        delay = draw(st.integers(0, 60))
+        doc["strategy"] = "blueGreen"
+        doc["blueGreen"] = {"scaleDownDelaySeconds": delay}
+        doc["steps"] = draw(
+            st.lists(
+                st.one_of(
+                    st.builds(lambda s: {"pause": {"seconds": s}}, st.integers(0, 60)),
+                    st.just({"analysis": {}}),
+                ),
+                max_size=3,
+            )
+        )
+    else:
+        doc["steps"] = draw(canary_steps())
+        if draw(st.booleans()):
+            doc["surgeBudget"] = {"replicas": draw(st.integers(1, 5))}
+    spec = models.RolloutSpec.model_validate(doc)
+
+    start = draw(st.integers(10, duration // 2))
+    events = [control.Event(float(start), control.Op.START, 2)]
+    for _ in range(draw(st.integers(0, 2))):
+        op = draw(
+            st.sampled_from(
+                [control.Op.ABORT, control.Op.PROMOTE_FULL, control.Op.START, control.Op.PROMOTE]
+            )
+        )
+        at = float(draw(st.integers(start + 1, duration - 1)))
+        events.append(control.Event(at, op, 3 if op is control.Op.START else None))
+
+    def version(v: int) -> control.RevisionModel:
+        cost = draw(st.sampled_from([0.5, 0.8, 1.0, 1.5, 2.5]))
+        error = draw(st.sampled_from([0.0, 0.0, 0.02, 0.1, 0.2]))
+        svc = model.ServiceModel(service_time_ms=SVC.service_time_ms * cost)
+        return control.RevisionModel(v, svc, error_rate=error)
+
+    outages = tuple(
+        (float(at), float(at + length))
+        for at, length in draw(
+            st.lists(st.tuples(st.integers(0, duration - 1), st.integers(5, 90)), max_size=2)
+        )
+    )
+    scenario = control.RolloutScenario(
+        name="prop",
+        trace=trace,
+        revisions={1: control.RevisionModel(1, SVC), 2: version(2), 3: version(3)},
+        stable_version=1,
+        events=tuple(events),
+        service_name=SERVICE,
+        min_replicas=1,
+        max_replicas=60,
+        grace_s=30.0,
+        metrics_outages=outages,
+    )
+    return Case(scenario=scenario, spec=spec, drain_s=drain, delay_s=delay)
+
+
+def simulate(case: Case, seed: int = 0) -> tuple[rollout_sim.RolloutSimResult, list[Tick]]:
+    scenario = case.scenario
+    initial = runner.initial_replicas_for(
+        scenario.trace, SVC, scenario.min_replicas, scenario.max_replicas
+    )
+    controller = ServectlController(
+        loop.ServiceSpec(
+            name=SERVICE,
+            rollout=case.spec,
+            min_replicas=scenario.min_replicas,
+            max_replicas=scenario.max_replicas,
+        ),
+        registry.build("servectl", suite.autoscaling_config(SVC)),
+        scenario.stable_version,
+        initial,
+    )
+    recording = Recording(controller)
+    result = rollout_sim.simulate_rollout(scenario, recording, seed=seed)
+    return result, recording.ticks
+
+
+def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick]) -> list[str]:
+    """Every rule at every tick, plus the rules that span ticks (2 and abort's 4)."""
+    out: list[str] = []
+    drains: dict[str, Drain] = {}
+    aborting: str | None = None  # the stable revision an abort moves traffic back to
+    for tick in ticks:
+        s = Step.of(tick)
+        # The tick's own view of the previous plan is the previous plan (the simulator
+        # applies plans exactly), so the single-step rules see the whole history.
+        out += check_step(s, drains)
+        # Rule 2's hold is drainSeconds; blue/green's switch keeps the old one its delay.
+        for name in s.cur_share:
+            if s.lowered(name):
+                expected = float(case.drain_s)
+                if case.delay_s is not None and not tick.intent.abort:
+                    expected = max(expected, float(case.delay_s))
+                if tick.intent.hold_s < expected:
+                    out.append(f"t={s.time}: {name} lowered with hold {tick.intent.hold_s}")
+        # Rule 4: from the tick an abort is in effect, stable's capacity never drops
+        # below what its share (old or new) needs.
+        if tick.intent.abort and tick.intent.phase is Phase.ABORTED:
+            if aborting != s.stable:
+                aborting = s.stable
+            out += check_abort(s)
+        else:
+            aborting = None
+        drains = {
+            name: d
+            for name, d in update_drains(s, drains).items()
+            if name in s.planned or s.new_share.get(name, 0.0) > 0
+        }
+    # Simulator-level: nothing lost for want of a ready replica, nothing cut by a kill.
+    if result.lost_unready:
+        lost = {n: int(r.lost_unready.sum()) for n, r in result.revisions.items()}
+        out.append(f"lost_unready {result.lost_unready}: {lost}")
+    if result.lost_cut:
+        out.append(f"lost_cut {result.lost_cut}")
+    return out
+
+
+def check_abort(s: Step) -> list[str]:
+    """Rule 4: an abort moves traffic back to stable only onto capacity (except a hard
+    abort, which sizes stable for everything at once) and never lowers stable below what
+    its current share needs."""
+    out = []
+    stable = s.stable
+    if s.planned.get(stable, 0) < s.need(stable, max(s.cur_share.get(stable, 0.0),
+                                                     s.new_share.get(stable, 0.0))):
+        out.append(
+            f"t={s.time}: abort: {stable} planned {s.planned.get(stable, 0)} below what its "
+            "share needs"
+        )
+    if s.hard_abort and s.planned.get(stable, 0) < s.need(stable, 1.0):
+        out.append(f"t={s.time}: hard abort: {stable} not sized for all of the traffic")
+    return out
+
+
+def describe(case: Case) -> str:
+    sc = case.scenario
+    return (
+        f"spec={case.spec.model_dump(by_alias=True, exclude_none=True)} "
+        f"events={sc.events} outages={sc.metrics_outages} "
+        f"costs={[r.service.service_time_ms for r in sc.revisions.values()]} "
+        f"errors={[r.error_rate for r in sc.revisions.values()]}"
+    )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
+    result, ticks = simulate(case)
+    problems = check_run(case, result, ticks)
+    assert not problems, describe(case) + "\n" + "\n".join(problems[:20])
