@@ -6,7 +6,10 @@ One call per cycle, pure. The rules, and where each is enforced:
 1. Scale first, then shift (:func:`_shift`): a revision's share of traffic rises only
    as far as its *ready* replicas can carry at its own per-request cost, and only once
    TF Serving reports the version AVAILABLE. The replicas for the target share are
-   ordered first (pre-scaling), so the shift follows as they become ready.
+   ordered first (pre-scaling), so the shift follows as they become ready. And back
+   (:func:`_carry_back`): a revision whose ready replicas stop carrying its weight (its
+   cost, borrowed until it had traffic, is measured higher; it lost replicas) gives the
+   excess back to the stable revision, as far as the stable's ready replicas carry it.
 2. Drain, then shrink (:func:`_replicas`): a revision whose share went down keeps,
    for ``hold_s`` (``drainSeconds``, or blue/green's scale-down delay) after the route
    change was applied, the capacity of the share it had before (its replicas, or fewer
@@ -49,6 +52,9 @@ HEADER_SHARE_PRIOR = 0.1
 """Share of traffic assumed to match an A/B header before any was routed."""
 SHRINK_TOLERANCE = 0.05
 """A revision not losing traffic shrinks only when 5 % more demand would still fit."""
+CARRY_TOLERANCE = 0.1
+"""A revision gives weight back only when its ready replicas no longer carry 90 % of its
+share: noise in the cost estimate never makes the weights flap."""
 
 _Needs = Callable[[str, float], int]
 
@@ -101,6 +107,13 @@ def _measure_costs(
             return None
         return sig.cpu_usage_cores / sig.rps
 
+    # Estimates are relative to the stable revision, whose own is 1. Once a promotion
+    # made another revision stable, the kept ones are still relative to the old stable:
+    # rebase them (the old stable then costs 1/r, not 1), or a draining old stable, which
+    # has no traffic left to measure, would be sized at the wrong cost.
+    scale = previous.get(stable)
+    if scale is not None and scale > 0 and not math.isclose(scale, 1.0):
+        previous = {name: cost / scale for name, cost in previous.items()}
     base = per_request(observed.revision(stable))
     costs: dict[str, float] = {}
     for rev in observed.revisions:
@@ -182,6 +195,9 @@ def plan(
             notes,
             stable,
         )
+        new_weights = _carry_back(
+            new_weights, new_header, hs, ready, available, needs, notes, stable
+        )
     new_shares = _effective(new_weights, new_header, hs)
     target_shares = _effective(target_weights, target_header, hs)
     # Lowered shares start (or restart) the drain clock.
@@ -229,8 +245,14 @@ def plan(
             reasons[name] = (own[0], f"{own[1]}; {text}")
         else:
             reasons[name] = (code, f"{text}; {own[1]}" if own and own[1] else text)
-    # Forget revisions that are gone: no replicas, no traffic, nothing held.
-    kept = [n for n in names_all if replicas.get(n, 0) > 0 or new_weights.get(n, 0) > 0]
+    # Forget revisions that are gone: no replicas, no traffic, nothing held. The header
+    # route's revision stays listed even when its matched share measures 0 (a plan's
+    # header route must name one of its revisions).
+    kept = [
+        n
+        for n in names_all
+        if replicas.get(n, 0) > 0 or new_weights.get(n, 0) > 0 or n == new_header
+    ]
     for name in list(lowered_at):
         if name not in kept:
             lowered_at.pop(name, None)
@@ -361,6 +383,63 @@ def _shift(
     return {n: w for n, w in result.items() if w > 0}
 
 
+def _carry_back(
+    weights: Mapping[str, int],
+    header: str | None,
+    hs: float,
+    ready: Mapping[str, int],
+    available: Mapping[str, bool],
+    needs: _Needs,
+    notes: dict[str, tuple[str, str]],
+    stable: str,
+) -> dict[str, int]:
+    """Give back what a revision's ready replicas no longer carry (rule 1, both ways).
+
+    A weight reached with enough ready replicas can stop being carried: the revision's
+    cost is measured for the first time once it has traffic (it borrowed the stable's
+    until then), or it lost a replica. Its excess weight goes back to the stable revision,
+    as far as the stable's *ready* replicas carry it (never onto a stable that is short
+    itself); the rollout's target is unchanged, so the weight comes back as the
+    revision's own replicas become ready.
+    """
+    result = dict(weights)
+    if stable not in result or not available.get(stable, False):
+        return result
+    matched = hs if header is not None else 0.0
+
+    def share(name: str, w: int) -> float:
+        return (1.0 - matched) * w / 100.0 + (matched if header == name else 0.0)
+
+    def carried(name: str, top: int, bottom: int) -> int:
+        """The highest weight in [bottom, top] that ``name``'s ready replicas carry."""
+        for w in range(top, bottom - 1, -1):
+            if w == 0 or (
+                available.get(name, False) and needs(name, share(name, w)) <= ready.get(name, 0)
+            ):
+                return w
+        return bottom
+
+    for name in sorted(n for n in result if n != stable):
+        held = result[name]
+        loose = share(name, held) * (1.0 - CARRY_TOLERANCE)
+        if available.get(name, False) and needs(name, loose) <= ready.get(name, 0):
+            continue
+        keep = carried(name, held, 0)
+        if keep >= held:
+            continue
+        room = carried(stable, result[stable] + held - keep, result[stable]) - result[stable]
+        if room <= 0:
+            continue
+        result[name] = held - room
+        result[stable] += room
+        notes[name] = (
+            "WaitingForCapacity",
+            f"gave {room} % back to {stable}: {ready.get(name, 0)} ready replicas carry "
+            f"{keep} % at its measured cost",
+        )
+    return {n: w for n, w in result.items() if w > 0}
+
+
 def _replicas(
     names: list[str],
     *,
@@ -384,6 +463,7 @@ def _replicas(
     base: dict[str, int] = {}
     prescale: dict[str, int] = {}
     held: dict[str, int] = {}
+    last: dict[str, int] = {}  # the replicas it has now: last planned, else as observed
     canary = (
         None
         if intent.canary is None
@@ -396,6 +476,7 @@ def _replicas(
         if previous is None:
             rev = observed.revision(name)
             previous = rev.desired if rev is not None else 0
+        last[name] = previous
         b = needs(name, share)
         if previous > b and share > 0 and goal >= share - 1e-9:
             # Not losing traffic: shrink only on a clear drop (tolerance), never jitter.
@@ -431,7 +512,9 @@ def _replicas(
     for name in names:
         count = base[name] + prescale[name] + held.get(name, 0)
         share = new_shares.get(name, 0.0)
-        previous = state.replicas.get(name, 0)
+        # Rule 8 holds what the revision has now, as observed when nothing was planned yet
+        # (a first cycle, a restarted controller): not 0.
+        previous = last[name]
         if not observed.metrics_ok and count < previous:
             count = previous
             reasons.setdefault(name, ("MetricsMissing", "metrics stale: holding, never shrinking"))

@@ -435,7 +435,9 @@ def _waiting(
     """The rollout waits for ``version`` to get capacity: run the progress deadline."""
     ready = int(view.ready.get(version, 0))
     if state.wait_since is None or ready > state.wait_ready:
-        return replace(state, wait_since=view.now, wait_ready=ready, message=what)
+        # A replica became ready: progress. A Degraded rollout is progressing again.
+        phase = Phase.PROGRESSING if state.phase is Phase.DEGRADED else state.phase
+        return replace(state, phase=phase, wait_since=view.now, wait_ready=ready, message=what)
     deadline = float(getattr(spec, "progress_deadline_seconds", 600))
     stalled = view.now - state.wait_since
     if stalled > deadline and state.phase is Phase.PROGRESSING:
@@ -799,6 +801,10 @@ def _advance_blue_green(
     if ready < needed or not view.available.get(canary, False):
         state = _waiting(state, spec, view, canary, f"preview v{canary}: {ready} of {needed} ready")
         return state, replace(preview, phase=state.phase, message=state.message)
+    if state.wait_since is not None:
+        # The steps run against a ready preview: a pause or an analysis window starts
+        # when the preview is (again) at full size, not while it was still coming up.
+        state = _clear_step(state, now)
     state = _progressed(state)
     while state.step < len(spec.steps) and state.phase is Phase.PROGRESSING:
         step = spec.steps[state.step]

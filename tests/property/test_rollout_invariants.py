@@ -50,7 +50,7 @@ def rev_name(version: int) -> str:
 # ----------------------------------------------------------------------------- one tick
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Tick:
     """Everything the planner was given and returned at one controller tick."""
 
@@ -66,6 +66,37 @@ class Tick:
     @property
     def time(self) -> float:
         return self.observed.time
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # hypothesis prints falsifying examples with this
+
+    def __repr__(self) -> str:
+        """Compact, for falsifying examples."""
+        obs, i, b = self.observed, self.intent, self.before
+        seen = ", ".join(
+            f"{r.name}(w={r.weight} desired={r.desired} ready={r.ready} up={r.available}"
+            + (
+                f" rps={r.snapshot.signals.rps} cpu={r.snapshot.signals.cpu_usage_cores}"
+                if r.snapshot is not None and r.snapshot.signals.rps is not None
+                else ""
+            )
+            + ")"
+            for r in obs.revisions
+        )
+        planned = ", ".join(
+            f"{r.name}(w={r.weight} n={r.replicas} {r.reason}: {r.message})"
+            for r in self.plan.revisions
+        )
+        return (
+            f"Tick(t={obs.time} metrics_ok={obs.metrics_ok} header={obs.header_revision} "
+            f"observed=[{seen}]\n intent(stable={i.stable} canary={i.canary} "
+            f"weights={dict(i.weights)} header={i.header} scale={i.canary_scale} "
+            f"abort={i.abort} hard={i.hard} hold={i.hold_s})\n demand={self.demand} "
+            f"surge={self.limits.surge_replicas} state(replicas={dict(b.replicas)} "
+            f"lowered_at={dict(b.lowered_at)} hold_s={dict(b.hold_s)} "
+            f"held_share={dict(b.held_share)} cost={dict(b.cost)} hs={b.header_share})\n "
+            f"plan=[{planned}] header={self.plan.header_revision})"
+        )
 
 
 def effective(weights: Mapping[str, int], header: str | None, hs: float) -> dict[str, float]:
@@ -460,11 +491,7 @@ def cases(draw: st.DrawFn) -> Case:
             "interval": f"{draw(st.integers(4, 30))}s",
             "minSamples": draw(st.integers(20, 300)),
             "checks": [{"metric": "errorRate", "max": 0.05}]
-            + (
-                [{"metric": "latencyP99", "maxRatioToStable": 2.0}]
-                if draw(st.booleans())
-                else []
-            ),
+            + ([{"metric": "latencyP99", "maxRatioToStable": 2.0}] if draw(st.booleans()) else []),
         },
         "hardFailureErrorRate": draw(st.sampled_from([0.5, 0.15, 0.08])),
         "progressDeadlineSeconds": draw(st.sampled_from([60, 600])),
@@ -555,8 +582,8 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
     aborting: str | None = None  # the stable revision an abort moves traffic back to
     for tick in ticks:
         s = Step.of(tick)
-        # The tick's own view of the previous plan is the previous plan (the simulator
-        # applies plans exactly), so the single-step rules see the whole history.
+        # This tick's lowering starts its drain before the sizing (as in the planner).
+        drains = update_drains(s, drains)
         out += check_step(s, drains)
         # Rule 2's hold is drainSeconds; blue/green's switch keeps the old one its delay.
         for name in s.cur_share:
@@ -574,11 +601,7 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
             out += check_abort(s)
         else:
             aborting = None
-        drains = {
-            name: d
-            for name, d in update_drains(s, drains).items()
-            if name in s.planned or s.new_share.get(name, 0.0) > 0
-        }
+        drains = {name: d for name, d in drains.items() if name in s.planned}
     # Simulator-level: nothing lost for want of a ready replica, nothing cut by a kill.
     if result.lost_unready:
         lost = {n: int(r.lost_unready.sum()) for n, r in result.revisions.items()}
@@ -594,8 +617,9 @@ def check_abort(s: Step) -> list[str]:
     its current share needs."""
     out = []
     stable = s.stable
-    if s.planned.get(stable, 0) < s.need(stable, max(s.cur_share.get(stable, 0.0),
-                                                     s.new_share.get(stable, 0.0))):
+    if s.planned.get(stable, 0) < s.need(
+        stable, max(s.cur_share.get(stable, 0.0), s.new_share.get(stable, 0.0))
+    ):
         out.append(
             f"t={s.time}: abort: {stable} planned {s.planned.get(stable, 0)} below what its "
             "share needs"
@@ -621,3 +645,159 @@ def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
     result, ticks = simulate(case)
     problems = check_run(case, result, ticks)
     assert not problems, describe(case) + "\n" + "\n".join(problems[:20])
+
+
+# ----------------------------------------------------------------------------- the planner alone
+
+NAMES = {1: rev_name(1), 2: rev_name(2), 3: rev_name(3)}
+
+
+def split(draw: st.DrawFn, names: Sequence[str]) -> dict[str, int]:
+    """Integer weights summing to 100 over ``names`` (some may get 0)."""
+    cuts = sorted(
+        draw(st.lists(st.integers(0, 100), min_size=len(names) - 1, max_size=len(names) - 1))
+    )
+    bounds = [0, *cuts, 100]
+    return {n: bounds[i + 1] - bounds[i] for i, n in enumerate(names)}
+
+
+@st.composite
+def planner_inputs(draw: st.DrawFn) -> Tick:
+    """A random but consistent cycle: what the backend applied (weights summing to 100),
+    what the rollout wants and what the planner remembered."""
+    now = float(draw(st.integers(100, 200)))
+    versions = draw(st.sampled_from([(1, 2), (1, 2, 3), (2, 1), (1,)]))
+    stable = versions[0]
+    present = [v for v in versions if v == stable or draw(st.booleans())]
+    applied = split(draw, [NAMES[v] for v in present])
+    if sum(applied.values()) != 100:
+        applied = {NAMES[stable]: 100}
+    revisions = []
+    for v in present:
+        desired = draw(st.integers(0, 20))
+        ready = desired if draw(st.booleans()) else draw(st.integers(0, desired))
+        measured = draw(st.booleans())
+        rps = float(draw(st.integers(0, 500))) if measured else None
+        cpu = rps * 0.02 * draw(st.sampled_from([0.5, 1.0, 2.5])) if rps is not None else None
+        revisions.append(
+            ObservedRevision(
+                name=NAMES[v],
+                version=v,
+                desired=desired,
+                ready=ready,
+                weight=applied.get(NAMES[v], 0),
+                available=ready > 0 and draw(st.integers(0, 3)) > 0,
+                snapshot=Snapshot(
+                    time=now,
+                    replicas=Replicas(current=desired, ready=ready, min=0, max=100),
+                    signals=Signals(rps=rps, cpu_usage_cores=cpu),
+                ),
+            )
+        )
+    header = None
+    if len(present) > 1 and draw(st.integers(0, 3)) == 0:
+        header = NAMES[draw(st.sampled_from(present[1:]))]
+    observed = Observed(
+        time=now,
+        service=Snapshot(time=now, replicas=Replicas(current=0, ready=0), signals=Signals(rps=500)),
+        revisions=tuple(revisions),
+        header_revision=header,
+        metrics_ok=draw(st.sampled_from([True, True, True, False])),
+    )
+
+    canary = draw(st.sampled_from([v for v in (1, 2, 3) if v != stable] + [None]))
+    abort = canary is not None and draw(st.integers(0, 3)) == 0
+    if abort:
+        target = {stable: 100}
+    else:
+        targets = [stable] if canary is None else [stable, canary]
+        target = {v: w for v, w in zip(targets, split(draw, targets).values(), strict=True)}
+    scale = None
+    if canary is not None and draw(st.integers(0, 3)) == 0:
+        scale = draw(
+            st.sampled_from([("replicas", n) for n in (1, 4)] + [("weight", w) for w in (30, 100)])
+        )
+    intent = Intent(
+        stable=stable,
+        canary=canary,
+        weights=target,
+        header=canary
+        if canary is not None and not abort and draw(st.integers(0, 4)) == 0
+        else None,
+        canary_scale=scale,
+        abort=abort,
+        hard=abort and draw(st.booleans()),
+        hold_s=float(draw(st.integers(0, 60))),
+        phase=Phase.ABORTED if abort else Phase.PROGRESSING,
+    )
+
+    known = sorted({NAMES[v] for v in versions})
+    replicas = {n: draw(st.integers(0, 20)) for n in known if draw(st.booleans())}
+    lowered = [n for n in known if draw(st.integers(0, 2)) == 0]
+    state = planner.PlannerState(
+        replicas=replicas,
+        lowered_at={n: now - draw(st.integers(0, 60)) for n in lowered},
+        hold_s={n: float(draw(st.integers(0, 60))) for n in lowered},
+        held_share={n: draw(st.integers(0, 100)) / 100.0 for n in lowered},
+        cost={n: draw(st.sampled_from([0.5, 1.0, 2.5])) for n in known if draw(st.booleans())},
+        header_share=draw(st.sampled_from([None, 0.1, 0.5])),
+    )
+    surge = draw(st.sampled_from([None, 1, 3, 5]))
+    limits = planner.Limits(surge_replicas=surge)
+    demand = draw(st.integers(1, 30))
+    plan, after = planner.plan(intent, observed, demand, state, NAMES, limits)
+    return Tick(
+        observed=observed,
+        intent=intent,
+        demand=demand,
+        before=state,
+        after=after,
+        names=NAMES,
+        limits=limits,
+        plan=plan,
+    )
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tick=planner_inputs())
+def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
+    s = Step.of(tick)
+    drains = {
+        name: Drain(since, tick.before.hold_s.get(name, 0.0), tick.before.held_share.get(name, 0.0))
+        for name, since in tick.before.lowered_at.items()
+    }
+    drains = update_drains(s, drains)
+    problems = check_step(s, drains) + check_cost_basis(tick)
+    assert not problems, "\n".join(problems)
+
+
+def check_cost_basis(tick: Tick) -> list[str]:
+    """Rule 3's costs are relative to the stable revision (its own is 1): an estimate that
+    got no fresh measurement this cycle keeps its ratio to the stable's estimate, also when
+    the stable revision changed (after a promotion the old stable costs 1/r, not 1)."""
+    stable = tick.names[tick.intent.stable]
+    before, after = tick.before.cost, tick.after.cost
+    out = []
+    if stable in after and not math.isclose(after[stable], 1.0):
+        out.append(f"stable {stable} costs {after[stable]}")
+
+    def measured(name: str) -> bool:
+        rev = tick.observed.revision(name)
+        sig = rev.snapshot.signals if rev is not None and rev.snapshot is not None else None
+        return (
+            sig is not None
+            and sig.rps is not None
+            and sig.rps >= planner.COST_MIN_RPS
+            and sig.cpu_usage_cores is not None
+        )
+
+    fresh = measured(stable)
+    for name, cost in after.items():
+        if name == stable or name not in before or stable not in before:
+            continue
+        if fresh and measured(name):
+            continue
+        expected = before[name] / before[stable]
+        if not math.isclose(cost, expected):
+            out.append(f"{name} costs {cost}, {expected} before (relative to {stable})")
+    return out

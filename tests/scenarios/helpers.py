@@ -43,9 +43,7 @@ def flat(rps: float, seconds: int, trace_name: str = "flat") -> traces.Trace:
     return traces.Trace(trace_name, np.full(seconds, float(rps)))
 
 
-def revision(
-    version: int, *, cost: float = 1.0, error_rate: float = 0.0
-) -> control.RevisionModel:
+def revision(version: int, *, cost: float = 1.0, error_rate: float = 0.0) -> control.RevisionModel:
     """Version ``version``: ``cost`` x the stable's CPU time per request, ``error_rate``."""
     svc = model.ServiceModel(service_time_ms=SVC.service_time_ms * cost)
     return control.RevisionModel(version, svc, error_rate=error_rate)
@@ -194,6 +192,30 @@ class Run:
                         f"cost {cost:.2f}, mix {mix:.2f})"
                     )
             previous_weights = weights
+        return bad
+
+    def carry_violations(self, version: int, start: float, end: float) -> list[str]:
+        """Ticks in [start, end) where ``version``'s ready replicas did not carry its
+        weight: ``ceil(demand * w/100 * cost / mix)`` with the weights applied at that
+        tick (not only when the weight rose)."""
+        bad: list[str] = []
+        rev_name = name(version)
+        for i, record in enumerate(self.controller.ticks):
+            t = int(record.time)
+            if not start <= t < end:
+                continue
+            plan = self.result.plans[i][1]
+            weights = {r.name: r.weight for r in plan.revisions if r.weight > 0}
+            costs = self.controller.states[i].planner.cost
+            mix = sum(w / 100.0 * costs.get(n, 1.0) for n, w in weights.items()) or 1.0
+            w = weights.get(rev_name, 0)
+            if w == 0:
+                continue
+            cost = costs.get(rev_name, 1.0)
+            needed = max(1, math.ceil(record.demand * w / 100.0 * cost / mix - 1e-6))
+            ready = int(self.result.revisions[rev_name].ready[t])
+            if ready < needed:
+                bad.append(f"t={t}: {rev_name} at {w} % with {ready} ready; needs {needed}")
         return bad
 
 

@@ -54,8 +54,11 @@ def intent(weights: dict[int, int], *, canary: int | None = 2, **extra: object) 
 
 def test_no_rollout_stable_gets_the_demand() -> None:
     result, _ = planner.plan(
-        intent({1: 100}, canary=None), observed(rev(1, weight=100, desired=8)), 10,
-        planner.PlannerState(), NAMES,
+        intent({1: 100}, canary=None),
+        observed(rev(1, weight=100, desired=8)),
+        10,
+        planner.PlannerState(),
+        NAMES,
     )
     (only,) = result.revisions
     assert (only.name, only.replicas, only.weight) == ("m-v1", 10, 100)
@@ -96,12 +99,8 @@ def test_not_available_blocks_the_shift_even_with_ready_replicas() -> None:
 
 def test_drain_then_shrink() -> None:
     state = planner.PlannerState()
-    obs = observed(
-        rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), now=100.0
-    )
-    result, state = planner.plan(
-        intent({1: 50, 2: 50}, hold_s=30.0), obs, 10, state, NAMES
-    )
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), now=100.0)
+    result, state = planner.plan(intent({1: 50, 2: 50}, hold_s=30.0), obs, 10, state, NAMES)
     assert result.revision("m-v1").weight == 50  # type: ignore[union-attr]
     for now, expected in ((110.0, 10), (129.0, 10), (131.0, 5)):
         obs = observed(rev(1, weight=50, desired=10), rev(2, weight=50, desired=5), now=now)
@@ -133,9 +132,7 @@ def test_canary_without_samples_borrows_stable_cost() -> None:
 def test_surge_budget_limits_prescaling_and_counts_held_replicas() -> None:
     obs = observed(rev(1, weight=100, desired=10))
     limits = planner.Limits(surge_replicas=2)
-    result, state = planner.plan(
-        intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES, limits
-    )
+    result, _ = planner.plan(intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES, limits)
     canary = result.revision("m-v2")
     assert canary is not None and canary.replicas == 2 and canary.reason == "SurgeLimited"
 
@@ -154,9 +151,7 @@ def test_missing_metrics_hold_weights_and_never_shrink() -> None:
 def test_abort_restores_stable_capacity_before_moving_traffic() -> None:
     # Canary at 50 %, stable shrunk to 5: abort pre-scales stable to 10 first.
     obs = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=5))
-    result, state = planner.plan(
-        intent({1: 100}, abort=True), obs, 10, planner.PlannerState(), NAMES
-    )
+    result, _ = planner.plan(intent({1: 100}, abort=True), obs, 10, planner.PlannerState(), NAMES)
     stable, canary = result.revision("m-v1"), result.revision("m-v2")
     assert stable is not None and canary is not None
     assert stable.replicas == 10 and stable.weight == 50
@@ -183,15 +178,11 @@ def test_promotion_keeps_the_current_size() -> None:
 
 def test_header_route_waits_for_capacity() -> None:
     obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=0, ready=0))
-    result, _ = planner.plan(
-        intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES
-    )
+    result, _ = planner.plan(intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES)
     assert result.header_revision is None
     assert result.revision("m-v2").replicas == 1  # type: ignore[union-attr]
     obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1, ready=1))
-    result, _ = planner.plan(
-        intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES
-    )
+    result, _ = planner.plan(intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES)
     assert result.header_revision == "m-v2"
 
 
@@ -200,8 +191,75 @@ def test_retired_revision_is_removed_after_the_hold() -> None:
         replicas={"m-v1": 5, "m-v2": 5}, lowered_at={"m-v1": 0.0}, hold_s={"m-v1": 30.0}
     )
     obs = observed(rev(1, weight=0, desired=5), rev(2, weight=100, desired=5), now=40.0)
-    result, _ = planner.plan(
-        Intent(stable=2, canary=None, weights={2: 100}), obs, 5, state, NAMES
-    )
+    result, _ = planner.plan(Intent(stable=2, canary=None, weights={2: 100}), obs, 5, state, NAMES)
     assert result.revision("m-v1") is None
     assert [r.name for r in result.revisions] == ["m-v2"]
+
+
+def test_a_canary_at_weight_zero_is_planned_from_its_scale() -> None:
+    # A blue/green preview (or a setCanaryScale step before any setWeight) wants the
+    # canary sized before it has traffic or even exists: it must be planned, not skipped.
+    obs = observed(rev(1, weight=100, desired=8))
+    preview = intent({1: 100}, canary_scale=("weight", 100))
+    result, _ = planner.plan(preview, obs, 8, planner.PlannerState(), NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and (canary.replicas, canary.weight) == (8, 0)
+    assert canary.reason == "PreScaling"
+    fixed = intent({1: 100}, canary_scale=("replicas", 3))
+    result, _ = planner.plan(fixed, obs, 8, planner.PlannerState(), NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and (canary.replicas, canary.weight) == (3, 0)
+    # Without a scale the weight-0 canary gets nothing (it is not listed at all).
+    result, _ = planner.plan(intent({1: 100}), obs, 8, planner.PlannerState(), NAMES)
+    assert result.revision("m-v2") is None
+
+
+def test_a_weight_its_ready_replicas_no_longer_carry_goes_back_to_stable() -> None:
+    # The canary got 20 % on 2 ready replicas at the borrowed cost 1; measured, it costs
+    # 2.5x: 2 replicas carry ~14 % of demand 10 at that cost. The stable has 10 ready
+    # replicas (it keeps its old size while draining): the excess goes back to it.
+    heavy = planner.PlannerState(cost={"m-v2": 2.5})
+    obs = observed(
+        rev(1, weight=80, desired=10, rps=800, cpu=16.0),
+        rev(2, weight=20, desired=2, rps=200, cpu=10.0),
+    )
+    result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 10, heavy, NAMES)
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    # mix = 0.8 + 0.2 * 2.5 = 1.3; 2 replicas carry w with ceil(10 * w * 2.5 / 1.3) <= 2,
+    # so w <= 10.4 %: it keeps 10 %, the stable's 10 ready replicas take the other 10 %.
+    assert (stable.weight, canary.weight) == (90, 10)
+    assert canary.reason == "WaitingForCapacity" and "gave 10 % back" in canary.message
+    assert canary.replicas == 4  # pre-scaled for the 20 % it gets back once ready
+
+
+def test_no_weight_goes_back_onto_a_stable_that_is_short_itself() -> None:
+    heavy = planner.PlannerState(cost={"m-v2": 2.5})
+    obs = observed(
+        rev(1, weight=80, desired=6, rps=800, cpu=16.0),  # needs ceil(10 * 0.8 / 1.3) = 7
+        rev(2, weight=20, desired=2, rps=200, cpu=10.0),
+    )
+    result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 10, heavy, NAMES)
+    assert result.revision("m-v2").weight == 20  # type: ignore[union-attr]
+
+
+def test_cost_noise_within_the_carry_tolerance_moves_no_weight() -> None:
+    # Measured 5 % dearer than its replicas were sized for: within the tolerance.
+    obs = observed(
+        rev(1, weight=80, desired=10, rps=800, cpu=16.0),
+        rev(2, weight=20, desired=2, rps=200, cpu=4.2),
+    )
+    state = planner.PlannerState(cost={"m-v2": 1.05})
+    result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 10, state, NAMES)
+    assert result.revision("m-v2").weight == 20  # type: ignore[union-attr]
+
+
+def test_a_canary_that_lost_its_ready_replicas_gives_all_its_weight_back() -> None:
+    obs = observed(
+        rev(1, weight=80, desired=10, rps=800, cpu=16.0),
+        rev(2, weight=20, desired=2, ready=0, available=False),
+    )
+    result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 10, planner.PlannerState(), NAMES)
+    assert result.revision("m-v1").weight == 100  # type: ignore[union-attr]
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.weight == 0 and canary.replicas >= 2
