@@ -151,9 +151,9 @@ def test_json_round_trip_resumes_identically() -> None:
     state, _ = machine.advance(state, SPEC, view(62.0, canary_weight=20, requests=3))
     doc = json.loads(json.dumps(machine.to_dict(state)))
     assert machine.from_dict(doc) == state
-    with pytest.raises(ValueError, match="status.rollout.state"):
+    with pytest.raises(ValueError, match=r"status\.rollout\.state"):
         machine.from_dict({"phase": "Progressing"})
-    with pytest.raises(ValueError, match="status.rollout.state"):
+    with pytest.raises(ValueError, match=r"status\.rollout\.state"):
         machine.from_dict({"stable": 1, "stepStarted": "nan"})
 
 
