@@ -368,22 +368,28 @@ def advance(
     if state.phase is Phase.COMPLETED:
         return state, _settled(state, hold)
     if state.phase is Phase.ABORTED:
-        return state, Intent(
-            stable=state.stable,
-            canary=state.canary,
-            weights={state.stable: 100},
-            abort=True,
-            hard=state.hard_abort,
-            hold_s=hold,
-            phase=state.phase,
-            message=state.message,
-        )
+        return state, _abort_intent(state, hold)
     strategy = spec.strategy
     if strategy is models.RolloutStrategy.AB_TEST:
         return _advance_ab(state, spec, view, hold)
     if strategy is models.RolloutStrategy.BLUE_GREEN:
         return _advance_blue_green(state, spec, view, hold)
     return _advance_canary(state, spec, view, hold)
+
+
+def _abort_intent(state: RolloutState, hold: float) -> Intent:
+    """All traffic back to stable; the planner restores stable capacity first (rule 4),
+    or moves traffic at once when the canary is failing hard."""
+    return Intent(
+        stable=state.stable,
+        canary=state.canary,
+        weights={state.stable: 100},
+        abort=True,
+        hard=state.hard_abort,
+        hold_s=hold,
+        phase=state.phase,
+        message=state.message,
+    )
 
 
 def _settled(state: RolloutState, hold: float) -> Intent:
@@ -649,16 +655,7 @@ def _advance_canary(
             continue
         break
     if state.phase is Phase.ABORTED:
-        return state, Intent(
-            stable=state.stable,
-            canary=canary,
-            weights={state.stable: 100},
-            abort=True,
-            hard=state.hard_abort,
-            hold_s=hold,
-            phase=state.phase,
-            message=state.message,
-        )
+        return state, _abort_intent(state, hold)
     target = 100 if state.promoting else _weight_reached(spec, state.step)
     return state, _intent(state, target, hold)
 
@@ -690,16 +687,7 @@ def _advance_ab(
     if result is not None and result.verdict in (models.Verdict.FAILED, models.Verdict.ERROR):
         if result.verdict is models.Verdict.FAILED:
             state, _ = _judged(state, spec, None, result, now)
-            return state, Intent(
-                stable=state.stable,
-                canary=canary,
-                weights={state.stable: 100},
-                abort=True,
-                hard=state.hard_abort,
-                hold_s=hold,
-                phase=state.phase,
-                message=state.message,
-            )
+            return state, _abort_intent(state, hold)
         state = _record(state, result, now)
     duration = float(getattr(ab, "duration_seconds", 600))
     assert state.ab_started is not None
@@ -833,16 +821,7 @@ def _advance_blue_green(
             break
         state = _next_step(state, now, state.message)
     if state.phase is Phase.ABORTED:
-        return state, Intent(
-            stable=state.stable,
-            canary=canary,
-            weights={state.stable: 100},
-            abort=True,
-            hard=state.hard_abort,
-            hold_s=hold_bg,
-            phase=state.phase,
-            message=state.message,
-        )
+        return state, _abort_intent(state, hold_bg)
     if state.step >= len(spec.steps) and state.phase is Phase.PROGRESSING:
         if not auto:
             state = replace(

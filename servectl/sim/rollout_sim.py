@@ -245,11 +245,7 @@ class _Second:
     last_done: float
 
 
-def _nearest_rank(values: FloatArray, quantile: float) -> float:
-    if values.size == 0:
-        return math.nan
-    k = max(math.ceil(quantile * values.size) - 1, 0)
-    return float(np.partition(values, k)[k])
+_nearest_rank = runner._nearest_rank
 
 
 class _Revision:
