@@ -28,8 +28,10 @@ One call per cycle, pure. The rules, and where each is enforced:
    (the rollout says so) loses its traffic at once and stable is sized for all of it.
 5. Promotion keeps the current size: the promoted revision's share is sized on the
    whole demand, never on minReplicas.
-6. Surge budget (:func:`_limit_surge`): replicas added ahead of traffic plus replicas
-   held while draining stay within the budget.
+6. Surge budget (:func:`_replicas`): replicas are added ahead of traffic only while
+   they and the replicas held while draining stay within the budget. The budget never
+   cuts a replica already there (held while draining, or added ahead in an earlier
+   cycle): when a giver's drain fills it, nothing more is added until the drain ends.
 7. Sample-aware analysis lives in ``servectl.rollout.analysis``.
 8. Missing metrics never shrink (:func:`plan`): with stale metrics every revision keeps
    at least its current replicas and weights hold (an abort still moves traffic back).
@@ -478,37 +480,49 @@ def _replicas(
             previous = rev.desired if rev is not None else 0
         last[name] = previous
         b = needs(name, share)
-        if previous > b and share > 0 and goal >= share - 1e-9:
-            # Not losing traffic: shrink only on a clear drop (tolerance), never jitter.
-            relaxed = needs(name, share * (1.0 + SHRINK_TOLERANCE))
-            if relaxed >= previous:
-                b = previous
-        base[name] = b
         want = needs(name, max(share, goal))
         if name == canary and intent.canary_scale is not None and not intent.abort:
             kind, value = intent.canary_scale
             scaled = value if kind == "replicas" else needs(name, value / 100.0)
             want = max(b, scaled)  # never below what its traffic needs
-        prescale[name] = max(0, want - b)
+        if previous > want and goal > 0 and goal >= share - 1e-9:
+            # Not losing traffic: shrink only on a clear drop (tolerance), never jitter,
+            # pre-scaled replicas included (not cut, then ordered again, on noise). The
+            # slack kept is its base only when it adds nothing ahead; otherwise it is
+            # pre-scaling, within the surge budget (a base holding last cycle's pre-scaled
+            # replicas would free the budget for more, cut the cycle after: flapping).
+            if needs(name, max(share, goal) * (1.0 + SHRINK_TOLERANCE)) >= previous:
+                if want == b:
+                    b = previous
+                want = previous
+        base[name] = b
         since = lowered_at.get(name)
         if since is not None and now < since + hold_s.get(name, 0.0):
             floor = min(previous, needs(name, held_share.get(name, share)))
             if floor > b:
                 held[name] = floor - b
+        # Replicas it holds while draining are there for its rising share too (a stable
+        # lowered, then aborted back to): pre-scale only beyond them, never both.
+        prescale[name] = max(0, want - b - held.get(name, 0))
     extra_budget = limits.surge_replicas
     if extra_budget is not None:
         holdover = sum(held.values())
         allowance = max(0, extra_budget - holdover)
         for name in sorted(prescale, key=lambda n: (n == stable, n)):
-            if prescale[name] > allowance:
+            # The budget limits what is added: replicas ordered ahead in an earlier cycle
+            # are never cut for it (to be ordered again a drain later, cold start and
+            # all) when a giver's drain fills it, just as held ones are not. In an abort
+            # this keeps the stable's capacity on order (rule 4).
+            cap = max(allowance, last[name] - base[name] - held.get(name, 0))
+            if prescale[name] > cap:
                 if prescale[name]:
                     reasons[name] = (
                         "SurgeLimited",
-                        f"pre-scaling {allowance} of {prescale[name]} replicas (surge budget "
+                        f"pre-scaling {cap} of {prescale[name]} replicas (surge budget "
                         f"{extra_budget}, {holdover} held while draining)",
                     )
-                prescale[name] = allowance
-            allowance -= prescale[name]
+                prescale[name] = cap
+            allowance = max(0, allowance - prescale[name])
     for name in names:
         count = base[name] + prescale[name] + held.get(name, 0)
         share = new_shares.get(name, 0.0)

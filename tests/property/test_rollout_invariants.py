@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
@@ -196,16 +196,33 @@ class Step:
         return self.new_share.get(name, 0.0) < self.cur_share.get(name, 0.0) - EPS
 
     def base(self, name: str) -> int:
-        """Replicas for its new share: ``need``, or its previous size when it is not losing
-        traffic and 5 % more demand would still need them (SHRINK_TOLERANCE, no jitter)."""
-        share = self.new_share.get(name, 0.0)
+        """Replicas for its new share: ``need``; a revision not losing traffic and adding
+        nothing ahead keeps its previous size while 5 % more demand would still need it
+        (SHRINK_TOLERANCE: no jitter). One adding ahead keeps that slack as pre-scaling."""
+        share, goal = self.new_share.get(name, 0.0), self.target_share.get(name, 0.0)
         b = self.need(name, share)
         previous = self.prev.get(name, 0)
-        not_losing = share > 0 and self.target_share.get(name, 0.0) >= share - EPS
-        if not_losing and previous > b:
-            if self.need(name, share * (1.0 + planner.SHRINK_TOLERANCE)) >= previous:
-                b = previous
+        if previous <= b or goal <= 0 or goal < share - EPS or self.ahead(name) > b:
+            return b
+        if self.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE)) >= previous:
+            return previous
         return b
+
+    def ahead(self, name: str) -> int:
+        """The size it is heading for: its target share's, or setCanaryScale's."""
+        share, goal = self.new_share.get(name, 0.0), self.target_share.get(name, 0.0)
+        want = self.need(name, max(share, goal))
+        intent = self.tick.intent
+        if (
+            intent.canary is not None
+            and self.tick.names.get(intent.canary) == name
+            and intent.canary_scale is not None
+            and not intent.abort
+        ):
+            kind, value = intent.canary_scale
+            scaled = value if kind == "replicas" else self.need(name, value / 100.0)
+            want = max(self.need(name, share), scaled)
+        return want
 
 
 # ----------------------------------------------------------------------------- the rules
@@ -259,12 +276,13 @@ def check_scale_first(s: Step) -> list[str]:
     return out
 
 
-def check_no_jitter(s: Step) -> list[str]:
+def check_no_jitter(s: Step, drains: Mapping[str, Drain]) -> list[str]:
     """SHRINK_TOLERANCE: a revision not losing traffic (its target share at least its
     share) shrinks only when 5 % more demand would still need fewer replicas than it has,
     so noise in the demand or the cost estimate never churns replicas. Exceptions: the
-    surge budget cutting pre-scaling (rule 6, reason SurgeLimited) and a setCanaryScale
-    size (the user's explicit number)."""
+    surge budget, used up, cutting pre-scaling (rule 6) and a setCanaryScale size (the
+    user's explicit number)."""
+    exhausted = surge_exhausted(s, drains)
     out = []
     intent = s.tick.intent
     canary = s.tick.names.get(intent.canary) if intent.canary is not None else None
@@ -273,9 +291,8 @@ def check_no_jitter(s: Step) -> list[str]:
         planned, previous = s.planned.get(name, 0), s.prev.get(name, 0)
         if planned >= previous or goal <= 0 or goal < share - EPS:
             continue
-        plan = s.tick.plan.revision(name)
-        if plan is not None and plan.reason == "SurgeLimited":
-            continue
+        if exhausted and s.ahead(name) > s.need(name, share):
+            continue  # its pre-scaling cut for the budget
         if name == canary and intent.canary_scale is not None and not intent.abort:
             continue
         relaxed = s.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE))
@@ -335,15 +352,10 @@ class Drain:
     share: float  # the highest share it had before lowering (a chain restarts the clock)
 
 
-def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
-    """Rule 6: with a surge budget B, replicas added ahead of traffic (planned minus base
-    minus held) plus replicas held while draining stay within B. Replicas already running
-    are never cut for the budget (rule 2 wins: ``held`` alone may exceed B, and then
-    nothing is added ahead), and with stale metrics nothing shrinks (rule 8 wins: a
-    revision held at its previous size adds nothing ahead)."""
-    budget = s.tick.limits.surge_replicas
-    if budget is None:
-        return []
+def surge(s: Step, drains: Mapping[str, Drain]) -> tuple[dict[str, int], dict[str, int]]:
+    """Rule 6's accounting: per revision, replicas held while draining (beyond its base)
+    and replicas added ahead of traffic (beyond base and held). With stale metrics a
+    revision held at its previous size adds nothing ahead (rule 8 keeps it)."""
     held: dict[str, int] = {}
     added: dict[str, int] = {}
     for name in s.names():
@@ -353,7 +365,30 @@ def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
         held[name] = max(0, floor - base)
         planned = s.planned.get(name, 0)
         stale_hold = not s.tick.observed.metrics_ok and planned == s.prev.get(name, 0)
-        added[name] = 0 if stale_hold else planned - base - held[name]
+        # Only what it adds beyond the replicas it already had counts: those, added ahead
+        # in an earlier cycle, are never cut for the budget.
+        ordered = max(0, s.prev.get(name, 0) - base - held[name])
+        added[name] = 0 if stale_hold else max(0, planned - base - held[name] - ordered)
+    return held, added
+
+
+def surge_exhausted(s: Step, drains: Mapping[str, Drain]) -> bool:
+    budget = s.tick.limits.surge_replicas
+    if budget is None:
+        return False
+    held, added = surge(s, drains)
+    return sum(max(0, a) for a in added.values()) >= budget - sum(held.values())
+
+
+def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
+    """Rule 6: with a surge budget B, replicas added ahead of traffic plus replicas held
+    while draining stay within B. Replicas already running are never cut for the budget
+    (rule 2 wins: ``held`` alone may exceed B, and then nothing is added ahead), and with
+    stale metrics nothing shrinks (rule 8 wins)."""
+    budget = s.tick.limits.surge_replicas
+    if budget is None:
+        return []
+    held, added = surge(s, drains)
     holdover = sum(held.values())
     extra = sum(max(0, a) for a in added.values())
     if extra > max(0, budget - holdover):
@@ -364,12 +399,40 @@ def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
     return []
 
 
+def check_abort(s: Step) -> list[str]:
+    """Rule 4, no capacity dip on abort: from the tick an abort is in effect, stable's weight
+    rises only onto ready capacity (rule 1; a hard abort is its one exception), stable is
+    never below what its share needs, a hard abort sizes it for all the traffic at once,
+    and its planned replicas never decrease unless 5 % more demand would still need fewer
+    than it has: the surge budget never cuts the replicas it already has on order."""
+    intent = s.tick.intent
+    if not intent.abort:
+        return []
+    out = []
+    stable = s.stable
+    planned, previous = s.planned.get(stable, 0), s.prev.get(stable, 0)
+    share = max(s.cur_share.get(stable, 0.0), s.new_share.get(stable, 0.0))
+    if planned < s.need(stable, share):
+        out.append(f"t={s.time}: abort: {stable} planned {planned} < {s.need(stable, share)}")
+    if intent.hard and planned < s.need(stable, 1.0):
+        out.append(f"t={s.time}: hard abort: {stable} planned {planned} for all the traffic")
+    goal = max(share, s.target_share.get(stable, 0.0))
+    relaxed = s.need(stable, goal * (1.0 + planner.SHRINK_TOLERANCE))
+    if planned < previous and relaxed >= previous:
+        out.append(
+            f"t={s.time}: abort: {stable} shrinks {previous} -> {planned} although 5 % more "
+            f"demand needs {relaxed}"
+        )
+    return out
+
+
 def check_step(s: Step, drains: Mapping[str, Drain]) -> list[str]:
     """The single-step rules (every level)."""
     out = check_basics(s)
     out += check_scale_first(s)
     out += check_never_below_base(s)
-    out += check_no_jitter(s)
+    out += check_no_jitter(s, drains)
+    out += check_abort(s)
     out += check_missing_metrics(s)
     out += check_surge(s, drains)
     for name, drain in drains.items():
@@ -608,7 +671,6 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
     """Every rule at every tick, plus the rules that span ticks (2 and abort's 4)."""
     out: list[str] = []
     drains: dict[str, Drain] = {}
-    aborting: str | None = None  # the stable revision an abort moves traffic back to
     for tick in ticks:
         s = Step.of(tick)
         # This tick's lowering starts its drain before the sizing (as in the planner).
@@ -622,14 +684,6 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
                     expected = max(expected, float(case.delay_s))
                 if tick.intent.hold_s < expected:
                     out.append(f"t={s.time}: {name} lowered with hold {tick.intent.hold_s}")
-        # Rule 4: from the tick an abort is in effect, stable's capacity never drops
-        # below what its share (old or new) needs.
-        if tick.intent.abort and tick.intent.phase is Phase.ABORTED:
-            if aborting != s.stable:
-                aborting = s.stable
-            out += check_abort(s)
-        else:
-            aborting = None
         drains = {name: d for name, d in drains.items() if name in s.planned}
     # Simulator-level: nothing lost for want of a ready replica, nothing cut by a kill.
     if result.lost_unready:
@@ -637,24 +691,6 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
         out.append(f"lost_unready {result.lost_unready}: {lost}")
     if result.lost_cut:
         out.append(f"lost_cut {result.lost_cut}")
-    return out
-
-
-def check_abort(s: Step) -> list[str]:
-    """Rule 4: an abort moves traffic back to stable only onto capacity (except a hard
-    abort, which sizes stable for everything at once) and never lowers stable below what
-    its current share needs."""
-    out = []
-    stable = s.stable
-    if s.planned.get(stable, 0) < s.need(
-        stable, max(s.cur_share.get(stable, 0.0), s.new_share.get(stable, 0.0))
-    ):
-        out.append(
-            f"t={s.time}: abort: {stable} planned {s.planned.get(stable, 0)} below what its "
-            "share needs"
-        )
-    if s.hard_abort and s.planned.get(stable, 0) < s.need(stable, 1.0):
-        out.append(f"t={s.time}: hard abort: {stable} not sized for all of the traffic")
     return out
 
 
@@ -796,7 +832,7 @@ def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
         for name, since in tick.before.lowered_at.items()
     }
     drains = update_drains(s, drains)
-    problems = check_step(s, drains) + check_cost_basis(tick)
+    problems = check_step(s, drains) + check_cost_basis(tick) + check_fixed_point(tick)
     assert not problems, "\n".join(problems)
 
 
@@ -830,3 +866,40 @@ def check_cost_basis(tick: Tick) -> list[str]:
         if not math.isclose(cost, expected):
             out.append(f"{name} costs {cost}, {expected} before (relative to {stable})")
     return out
+
+
+def replanned(tick: Tick) -> Plan:
+    """The same cycle again, once the plan is applied and nothing else changed (same time,
+    demand, readiness; no new measurement, so the cost estimates stay)."""
+    obs = tick.observed
+    planned = {r.name: r for r in tick.plan.revisions}
+    revisions = []
+    for r in obs.revisions:
+        p = planned.get(r.name)
+        revisions.append(
+            replace(
+                r,
+                desired=p.replicas if p is not None else 0,
+                weight=p.weight if p is not None else 0,
+                snapshot=None,
+            )
+        )
+    again = replace(obs, revisions=tuple(revisions), header_revision=tick.plan.header_revision)
+    result, _ = planner.plan(tick.intent, again, tick.demand, tick.after, tick.names, tick.limits)
+    return result
+
+
+def check_fixed_point(tick: Tick) -> list[str]:
+    """No flapping: when a cycle moved no traffic, planning the same cycle again on its own
+    result asks for the same replicas (nothing ordered is cut the next cycle, nothing cut
+    is ordered again)."""
+    s = Step.of(tick)
+    if s.new_w != s.cur_w or s.new_header != s.cur_header:
+        return []
+    if any(tick.observed.revision(r.name) is None for r in tick.plan.revisions):
+        return []  # a new revision: its first observation differs in more than its size
+    first = {r.name: r.replicas for r in tick.plan.revisions}
+    second = {r.name: r.replicas for r in replanned(tick).revisions}
+    if first != second:
+        return [f"t={tick.time}: replanned on its own result: {first} -> {second}"]
+    return []

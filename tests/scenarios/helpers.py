@@ -2,9 +2,11 @@
 
 :func:`run` simulates one scenario with :class:`ServectlController` and keeps, next to the
 simulator's :class:`RolloutSimResult`, the controller's whole loop state after every tick
-(:class:`Run.states`), so a test can read the rollout state (verdicts, winner, step) and
-the planner's measured costs at any tick. The timeline helpers read the simulator's
-per-second arrays at the controller's tick times.
+(``RecordingController.states``) and what it observed, so a test can read the rollout
+state (verdicts, winner, step) and the planner's measured costs at any tick. The
+timeline helpers read the simulator's per-second arrays; the rule checks
+(:meth:`Run.shift_violations`, :meth:`Run.carry_violations`) recompute, at every tick,
+what the planner's sizing formula says the weights applied need.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class Run:
                 if w <= before.get(rev_name, 0) or (hard and hard_abort_ok):
                     continue
                 if plan.header_revision is not None:
-                    continue  # A/B shares are checked on their own (header_violations)
+                    continue  # an A/B header share is not in the weights: see the A/B tests
                 cost = costs.get(rev_name, 1.0)
                 needed = max(1, math.ceil(record.demand * w / 100.0 * cost / mix - 1e-6))
                 ready = int(self.result.revisions[rev_name].ready[t])

@@ -218,6 +218,24 @@ def test_a_canary_40_percent_slower_is_aborted_on_the_latency_ratio() -> None:
     assert run.result.errors == 0
 
 
+def test_a_canary_failing_hard_loses_its_traffic_at_once() -> None:
+    run = h.run(
+        judged_canary([{"metric": "errorRate", "max": 0.01}]),
+        STEADY_300_SHORT,
+        {1: h.revision(1), 2: h.revision(2, error_rate=0.6)},
+        [E(120, Op.START, 2)],
+    )
+    aborted, zero = assert_aborted_back_to_stable(run)
+    # At or above hardFailureErrorRate (50 %) the abort does not wait for stable
+    # capacity: the canary's traffic moves in the very tick of the verdict.
+    assert zero == aborted and run.weight(2)[aborted - 1] == 20
+    assert run.rollout.hard_abort
+    failed = verdicts_seen(run)[-1]
+    assert failed.message.startswith("hard failure: error rate 0.6")
+    assert_scale_first(run, hard_abort_ok=True)
+    assert_no_loss(run)
+
+
 # ----------------------------------------------------------------------------- 4. cost
 
 
@@ -850,14 +868,14 @@ def test_a_metrics_outage_during_a_rollout_holds_weights_and_shrinks_nothing() -
     reason="an identical canary at 20 % runs on 1 replica at the demand's target "
     "utilization while the stable spreads 80 % over 5 replicas with rounding headroom "
     "and round-robin smoothing: its p99 is ~1.7x the stable's, so a latency ratio check "
-    "of 1.2 (DESIGN's example) aborts a good version (2 of 4 seeds at 300 rps)",
+    "of 1.2 (DESIGN's example) aborts a good version (4 of 8 seeds at 300 rps)",
 )
 def test_an_identical_canary_passes_a_latency_ratio_check() -> None:
     run = h.run(
         judged_canary([{"metric": "latencyP99", "maxRatioToStable": 1.2}]),
-        traces.steady(300, 600, seed=1),
+        traces.steady(300, 600, seed=2),
         {1: h.revision(1), 2: h.revision(2)},
         [E(120, Op.START, 2)],
-        seed=1,
+        seed=2,
     )
     assert run.phases() == ["Idle", "Progressing", "Completed"], verdicts_seen(run)
