@@ -25,7 +25,8 @@ One call per cycle, pure. The rules, and where each is enforced:
    few requests to measure borrows the stable revision's cost (r = 1).
 4. No capacity dip on abort: an abort is a shift back to stable like any other, so
    stable is scaled first and traffic follows its ready capacity; a canary failing hard
-   (the rollout says so) loses its traffic at once and stable is sized for all of it.
+   (the rollout says so) loses its traffic at once and stable is sized for all of it,
+   provided stable has a ready replica (AVAILABLE) to take it: else it is scaled first.
 5. Promotion keeps the current size: the promoted revision's share is sized on the
    whole demand, never on minReplicas.
 6. Surge budget (:func:`_replicas`): replicas are added ahead of traffic only while
@@ -175,7 +176,12 @@ def plan(
         return need(demand, share, costs.get(name, 1.0), mix)
 
     notes: dict[str, tuple[str, str]] = {}
-    failing_hard = intent.abort and intent.hard
+    # A canary failing hard loses its traffic at once, onto a stable that serves: one with
+    # no ready replica (drained to 0 after a setWeight 100 step) would lose every request,
+    # worse than the failing canary; then the abort scales stable first like any other.
+    failing_hard = (
+        intent.abort and intent.hard and available.get(stable, False) and ready.get(stable, 0) > 0
+    )
     if failing_hard:
         new_weights, new_header = dict(target_weights), target_header
         for name in set(current_weights) - set(target_weights):
@@ -485,16 +491,20 @@ def _replicas(
             kind, value = intent.canary_scale
             scaled = value if kind == "replicas" else needs(name, value / 100.0)
             want = max(b, scaled)  # never below what its traffic needs
-        if previous > want and goal > 0 and goal >= share - 1e-9:
-            # Not losing traffic: shrink only on a clear drop (tolerance), never jitter,
-            # pre-scaled replicas included (not cut, then ordered again, on noise). The
-            # slack kept is its base only when it adds nothing ahead; otherwise it is
-            # pre-scaling, within the surge budget (a base holding last cycle's pre-scaled
-            # replicas would free the budget for more, cut the cycle after: flapping).
-            if needs(name, max(share, goal) * (1.0 + SHRINK_TOLERANCE)) >= previous:
-                if want == b:
-                    b = previous
-                want = previous
+        # Not losing traffic: shrink only on a clear drop (tolerance), never jitter,
+        # pre-scaled replicas included (not cut, then ordered again, on noise). The
+        # slack kept is its base only when it adds nothing ahead; otherwise it is
+        # pre-scaling, within the surge budget (a base holding last cycle's pre-scaled
+        # replicas would free the budget for more, cut the cycle after: flapping).
+        if (
+            previous > want
+            and goal > 0
+            and goal >= share - 1e-9
+            and needs(name, max(share, goal) * (1.0 + SHRINK_TOLERANCE)) >= previous
+        ):
+            if want == b:
+                b = previous
+            want = previous
         base[name] = b
         since = lowered_at.get(name)
         if since is not None and now < since + hold_s.get(name, 0.0):
@@ -506,23 +516,29 @@ def _replicas(
         prescale[name] = max(0, want - b - held.get(name, 0))
     extra_budget = limits.surge_replicas
     if extra_budget is not None:
+        # The budget limits what is added: replicas added ahead in an earlier cycle are
+        # never cut for it (to be ordered again a drain later, cold start and all) when a
+        # giver's drain fills it, just as held ones are not; they count first, and so do
+        # the ones rule 8 keeps while metrics are stale. In an abort this keeps the
+        # stable's capacity on order (rule 4).
         holdover = sum(held.values())
-        allowance = max(0, extra_budget - holdover)
+        kept: dict[str, int] = {}
+        for name in prescale:
+            there = max(0, last[name] - base[name] - held.get(name, 0))
+            kept[name] = there if not observed.metrics_ok else min(prescale[name], there)
+        allowance = max(0, extra_budget - holdover - sum(kept.values()))
         for name in sorted(prescale, key=lambda n: (n == stable, n)):
-            # The budget limits what is added: replicas ordered ahead in an earlier cycle
-            # are never cut for it (to be ordered again a drain later, cold start and
-            # all) when a giver's drain fills it, just as held ones are not. In an abort
-            # this keeps the stable's capacity on order (rule 4).
-            cap = max(allowance, last[name] - base[name] - held.get(name, 0))
+            cap = kept[name] + allowance
+            if intent.abort and intent.hard and name == stable:
+                cap = prescale[name]  # rule 4: sized for all the traffic, budget or not
             if prescale[name] > cap:
-                if prescale[name]:
-                    reasons[name] = (
-                        "SurgeLimited",
-                        f"pre-scaling {cap} of {prescale[name]} replicas (surge budget "
-                        f"{extra_budget}, {holdover} held while draining)",
-                    )
+                reasons[name] = (
+                    "SurgeLimited",
+                    f"pre-scaling {cap} of {prescale[name]} replicas (surge budget "
+                    f"{extra_budget}, {holdover} held while draining)",
+                )
                 prescale[name] = cap
-            allowance = max(0, allowance - prescale[name])
+            allowance -= max(0, prescale[name] - kept[name])
     for name in names:
         count = base[name] + prescale[name] + held.get(name, 0)
         share = new_shares.get(name, 0.0)

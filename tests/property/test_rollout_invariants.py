@@ -26,7 +26,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from servectl.api import models
@@ -246,8 +246,8 @@ def check_basics(s: Step) -> list[str]:
 
 def check_scale_first(s: Step) -> list[str]:
     """Rule 1: a share rises only onto ready, AVAILABLE capacity for the new share. The one
-    exception, a hard abort, moves exactly to the intent (stable at 100 %, no header) and
-    sizes stable for all of it."""
+    exception, a hard abort onto a stable that serves (AVAILABLE, a ready replica), moves
+    exactly to the intent (stable at 100 %, no header) and sizes stable for all of it."""
     out = []
     for name, share in s.new_share.items():
         if not s.rising(name):
@@ -259,6 +259,8 @@ def check_scale_first(s: Step) -> list[str]:
         if (
             s.hard_abort
             and name == s.stable
+            and up
+            and ready > 0
             and s.new_w == s.target_w == {s.stable: 100}
             and s.new_header is None
             and s.target_header is None
@@ -276,13 +278,11 @@ def check_scale_first(s: Step) -> list[str]:
     return out
 
 
-def check_no_jitter(s: Step, drains: Mapping[str, Drain]) -> list[str]:
+def check_no_jitter(s: Step) -> list[str]:
     """SHRINK_TOLERANCE: a revision not losing traffic (its target share at least its
     share) shrinks only when 5 % more demand would still need fewer replicas than it has,
-    so noise in the demand or the cost estimate never churns replicas. Exceptions: the
-    surge budget, used up, cutting pre-scaling (rule 6) and a setCanaryScale size (the
-    user's explicit number)."""
-    exhausted = surge_exhausted(s, drains)
+    so noise in the demand or the cost estimate never churns replicas (the surge budget
+    never cuts them either). The exception: a setCanaryScale size (the user's number)."""
     out = []
     intent = s.tick.intent
     canary = s.tick.names.get(intent.canary) if intent.canary is not None else None
@@ -291,8 +291,6 @@ def check_no_jitter(s: Step, drains: Mapping[str, Drain]) -> list[str]:
         planned, previous = s.planned.get(name, 0), s.prev.get(name, 0)
         if planned >= previous or goal <= 0 or goal < share - EPS:
             continue
-        if exhausted and s.ahead(name) > s.need(name, share):
-            continue  # its pre-scaling cut for the budget
         if name == canary and intent.canary_scale is not None and not intent.abort:
             continue
         relaxed = s.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE))
@@ -352,49 +350,23 @@ class Drain:
     share: float  # the highest share it had before lowering (a chain restarts the clock)
 
 
-def surge(s: Step, drains: Mapping[str, Drain]) -> tuple[dict[str, int], dict[str, int]]:
-    """Rule 6's accounting: per revision, replicas held while draining (beyond its base)
-    and replicas added ahead of traffic (beyond base and held). With stale metrics a
-    revision held at its previous size adds nothing ahead (rule 8 keeps it)."""
-    held: dict[str, int] = {}
-    added: dict[str, int] = {}
-    for name in s.names():
-        base = s.base(name)
-        drain = drains.get(name)
-        floor = 0 if drain is None else held_capacity(s, name, drain.since, drain.hold, drain.share)
-        held[name] = max(0, floor - base)
-        planned = s.planned.get(name, 0)
-        stale_hold = not s.tick.observed.metrics_ok and planned == s.prev.get(name, 0)
-        # Only what it adds beyond the replicas it already had counts: those, added ahead
-        # in an earlier cycle, are never cut for the budget.
-        ordered = max(0, s.prev.get(name, 0) - base - held[name])
-        added[name] = 0 if stale_hold else max(0, planned - base - held[name] - ordered)
-    return held, added
-
-
-def surge_exhausted(s: Step, drains: Mapping[str, Drain]) -> bool:
-    budget = s.tick.limits.surge_replicas
-    if budget is None:
-        return False
-    held, added = surge(s, drains)
-    return sum(max(0, a) for a in added.values()) >= budget - sum(held.values())
-
-
-def check_surge(s: Step, drains: Mapping[str, Drain]) -> list[str]:
-    """Rule 6: with a surge budget B, replicas added ahead of traffic plus replicas held
-    while draining stay within B. Replicas already running are never cut for the budget
-    (rule 2 wins: ``held`` alone may exceed B, and then nothing is added ahead), and with
-    stale metrics nothing shrinks (rule 8 wins)."""
+def check_surge(s: Step) -> list[str]:
+    """Rule 6: with a surge budget B, the replicas above every revision's base (added
+    ahead of traffic, or held while draining) exceed B only by replicas that were already
+    there: the budget never cuts a replica (held while draining, added ahead in an earlier
+    cycle, or kept by rule 8 while metrics are stale), and nothing is added while those
+    alone fill it. A hard abort sizes stable for all the traffic whatever the budget
+    (rule 4): its stable is left out."""
     budget = s.tick.limits.surge_replicas
     if budget is None:
         return []
-    held, added = surge(s, drains)
-    holdover = sum(held.values())
-    extra = sum(max(0, a) for a in added.values())
-    if extra > max(0, budget - holdover):
+    names = s.names() - ({s.stable} if s.hard_abort else set())
+    extra = {n: max(0, s.planned.get(n, 0) - s.base(n)) for n in names}
+    already = {n: min(extra[n], max(0, s.prev.get(n, 0) - s.base(n))) for n in names}
+    if sum(extra.values()) > max(budget, sum(already.values())):
         return [
-            f"t={s.time}: surge budget {budget}: added ahead {added}, held {held} "
-            f"(planned {s.planned}, prev {s.prev})"
+            f"t={s.time}: surge budget {budget}: above base {extra}, of which already there "
+            f"{already} (planned {s.planned}, prev {s.prev})"
         ]
     return []
 
@@ -426,15 +398,42 @@ def check_abort(s: Step) -> list[str]:
     return out
 
 
+def check_upper_bound(s: Step, drains: Mapping[str, Drain]) -> list[str]:
+    """No revision gets more than one of the rules asks for: the size its target share
+    (or setCanaryScale) heads for, its base, its drain floor (rule 2), its previous size
+    kept within the tolerance or (rule 8) while metrics are stale. The rules overlap, they
+    do not add up: replicas held while draining also serve a share that rises again."""
+    out = []
+    for name in s.names():
+        share, goal = s.new_share.get(name, 0.0), s.target_share.get(name, 0.0)
+        previous = s.prev.get(name, 0)
+        bounds = [s.ahead(name), s.base(name)]
+        drain = drains.get(name)
+        if drain is not None:
+            bounds.append(held_capacity(s, name, drain.since, drain.hold, drain.share))
+        tolerance = s.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE))
+        if (goal > 0 and goal >= share - EPS and tolerance >= previous) or not (
+            s.tick.observed.metrics_ok
+        ):
+            bounds.append(previous)
+        if s.planned.get(name, 0) > max(bounds):
+            out.append(
+                f"t={s.time}: {name} planned {s.planned.get(name, 0)} > {max(bounds)} "
+                f"(ahead, base, drain, previous: {bounds})"
+            )
+    return out
+
+
 def check_step(s: Step, drains: Mapping[str, Drain]) -> list[str]:
     """The single-step rules (every level)."""
     out = check_basics(s)
     out += check_scale_first(s)
     out += check_never_below_base(s)
-    out += check_no_jitter(s, drains)
+    out += check_no_jitter(s)
     out += check_abort(s)
     out += check_missing_metrics(s)
-    out += check_surge(s, drains)
+    out += check_surge(s)
+    out += check_upper_bound(s, drains)
     for name, drain in drains.items():
         floor = held_capacity(s, name, drain.since, drain.hold, drain.share)
         if s.planned.get(name, 0) < floor:
@@ -625,11 +624,11 @@ def cases(draw: st.DrawFn) -> Case:
         svc = model.ServiceModel(service_time_ms=SVC.service_time_ms * cost)
         return control.RevisionModel(v, svc, error_rate=error)
 
+    # Metrics outages anywhere, often from the very first cycle or from the START.
+    outage_starts = st.one_of(st.just(0), st.just(start), st.integers(0, duration - 1))
     outages = tuple(
         (float(at), float(at + length))
-        for at, length in draw(
-            st.lists(st.tuples(st.integers(0, duration - 1), st.integers(5, 90)), max_size=2)
-        )
+        for at, length in draw(st.lists(st.tuples(outage_starts, st.integers(5, 90)), max_size=2))
     )
     scenario = control.RolloutScenario(
         name="prop",
@@ -685,6 +684,11 @@ def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick
                 if tick.intent.hold_s < expected:
                     out.append(f"t={s.time}: {name} lowered with hold {tick.intent.hold_s}")
         drains = {name: d for name, d in drains.items() if name in s.planned}
+    # Per second: no revision is routed traffic while it has no ready replica.
+    for name, timeline in result.revisions.items():
+        dark = np.flatnonzero((timeline.weight > 0) & (timeline.ready == 0))
+        if dark.size:
+            out.append(f"{name} has weight but no ready replica at t={dark[:5].tolist()}")
     # Simulator-level: nothing lost for want of a ready replica, nothing cut by a kill.
     if result.lost_unready:
         lost = {n: int(r.lost_unready.sum()) for n, r in result.revisions.items()}
@@ -704,7 +708,7 @@ def describe(case: Case) -> str:
     )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
     result, ticks = simulate(case)
@@ -823,19 +827,6 @@ def planner_inputs(draw: st.DrawFn) -> Tick:
     )
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tick=planner_inputs())
-def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
-    s = Step.of(tick)
-    drains = {
-        name: Drain(since, tick.before.hold_s.get(name, 0.0), tick.before.held_share.get(name, 0.0))
-        for name, since in tick.before.lowered_at.items()
-    }
-    drains = update_drains(s, drains)
-    problems = check_step(s, drains) + check_cost_basis(tick) + check_fixed_point(tick)
-    assert not problems, "\n".join(problems)
-
-
 def check_cost_basis(tick: Tick) -> list[str]:
     """Rule 3's costs are relative to the stable revision (its own is 1): an estimate that
     got no fresh measurement this cycle keeps its ratio to the stable's estimate, also when
@@ -903,3 +894,129 @@ def check_fixed_point(tick: Tick) -> list[str]:
     if first != second:
         return [f"t={tick.time}: replanned on its own result: {first} -> {second}"]
     return []
+
+
+def cycle(
+    observed: Sequence[tuple[int, int, int, int]],
+    intent: Intent,
+    demand: int,
+    *,
+    state: planner.PlannerState | None = None,
+    header: int | None = None,
+    metrics_ok: bool = True,
+    surge: int | None = None,
+    measured: Mapping[int, tuple[float, float]] | None = None,
+) -> Tick:
+    """One hand-built cycle through the planner: ``observed`` as (version, weight,
+    desired, ready) with every revision that has a ready replica AVAILABLE, ``measured``
+    as {version: (rps, cpu cores)}."""
+    now = 100.0
+    revisions = []
+    for version, weight, desired, ready in observed:
+        rps, cpu = (measured or {}).get(version, (None, None))
+        revisions.append(
+            ObservedRevision(
+                name=NAMES[version],
+                version=version,
+                desired=desired,
+                ready=ready,
+                weight=weight,
+                available=ready > 0,
+                snapshot=Snapshot(
+                    time=now,
+                    replicas=Replicas(current=desired, ready=ready, min=0, max=100),
+                    signals=Signals(rps=rps, cpu_usage_cores=cpu),
+                ),
+            )
+        )
+    obs = Observed(
+        time=now,
+        service=Snapshot(time=now, replicas=Replicas(current=0, ready=0), signals=Signals(rps=500)),
+        revisions=tuple(revisions),
+        header_revision=NAMES[header] if header is not None else None,
+        metrics_ok=metrics_ok,
+    )
+    before = state or planner.PlannerState()
+    limits = planner.Limits(surge_replicas=surge)
+    result, after = planner.plan(intent, obs, demand, before, NAMES, limits)
+    return Tick(obs, intent, demand, before, after, NAMES, limits, result)
+
+
+def rollout(weights: dict[int, int], **extra: Any) -> Intent:
+    return Intent(stable=1, canary=2, weights=weights, phase=Phase.PROGRESSING, **extra)
+
+
+def aborting(*, hard: bool = False) -> Intent:
+    return Intent(stable=1, canary=2, weights={1: 100}, abort=True, hard=hard, phase=Phase.ABORTED)
+
+
+SETTLED = Intent(stable=1, canary=None, weights={1: 100})
+
+
+# The regressions this file found, kept as explicit examples (each failed before its fix).
+@example(  # rule 8 on a first cycle (nothing planned yet): held what it has, not 0
+    tick=cycle([(1, 100, 10, 10)], SETTLED, 4, metrics_ok=False)
+)
+@example(  # a header route whose matched share measures 0 still names a listed revision
+    tick=cycle(
+        [(1, 100, 0, 0), (2, 0, 0, 0)],
+        SETTLED,
+        1,
+        header=2,
+        metrics_ok=False,
+        measured={2: (0.0, 0.0)},
+    )
+)
+@example(  # after a promotion the old stable's cost is rebased on the new stable (1/0.5)
+    tick=cycle(
+        [(1, 0, 3, 3), (2, 100, 5, 5)],
+        Intent(stable=2, canary=None, weights={2: 100}),
+        5,
+        state=planner.PlannerState(
+            replicas={NAMES[1]: 3, NAMES[2]: 5},
+            lowered_at={NAMES[1]: 90.0},
+            hold_s={NAMES[1]: 30.0},
+            held_share={NAMES[1]: 0.5},
+            cost={NAMES[1]: 1.0, NAMES[2]: 0.5},
+        ),
+    )
+)
+@example(  # tolerance-kept replicas freed the surge budget for more: 5, 6, 5, 6, ...
+    tick=cycle([(1, 40, 0, 0), (2, 60, 0, 0)], SETTLED, 10, surge=1)
+)
+@example(  # a stable lowered then aborted back to: held replicas count for its rise too
+    tick=cycle(
+        [(1, 40, 10, 5), (2, 60, 6, 6)],
+        aborting(),
+        10,
+        state=planner.PlannerState(
+            replicas={NAMES[1]: 10, NAMES[2]: 6},
+            lowered_at={NAMES[1]: 90.0},
+            hold_s={NAMES[1]: 30.0},
+            held_share={NAMES[1]: 0.9},
+        ),
+    )
+)
+@example(  # an abort's drain filled the budget: stable's replicas on order were cut
+    tick=cycle(
+        [(1, 20, 6, 3), (2, 80, 8, 8)],
+        aborting(),
+        10,
+        surge=1,
+        state=planner.PlannerState(replicas={NAMES[1]: 6, NAMES[2]: 8}),
+    )
+)
+@example(  # a hard abort onto a stable drained to 0 lost every request for a cold start
+    tick=cycle([(2, 100, 5, 5)], aborting(hard=True), 4, surge=1)
+)
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tick=planner_inputs())
+def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
+    s = Step.of(tick)
+    drains = {
+        name: Drain(since, tick.before.hold_s.get(name, 0.0), tick.before.held_share.get(name, 0.0))
+        for name, since in tick.before.lowered_at.items()
+    }
+    drains = update_drains(s, drains)
+    problems = check_step(s, drains) + check_cost_basis(tick) + check_fixed_point(tick)
+    assert not problems, "\n".join(problems)
