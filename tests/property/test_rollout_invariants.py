@@ -3,17 +3,43 @@
 
 Two levels:
 
-- the whole loop in the multi-revision simulator: random short load traces, random
-  rollout specs (canary or blue/green), random user commands, canary costs, error rates
-  and metrics outages. A recording wrapper around :class:`ServectlController` keeps, for
-  every tick, the :class:`Observed` it was given, the rollout's :class:`Intent`, the
-  autoscaler's demand, the planner state before and after and the :class:`Plan` applied
-  (the planner call is observed, not altered);
+- the whole loop in the multi-revision simulator: random short load traces (300-900 s,
+  20-600 rps, steps and spikes), random rollout specs (canary: non-decreasing setWeight,
+  pauses, analysis and setCanaryScale steps, optional surgeBudget; or blue/green), random
+  commands (START, then ABORT, PROMOTE, PROMOTE_FULL or a second START), canary costs
+  (0.5-2.5x) and error rates (0-20 %), and metrics outages. A recording wrapper around
+  :class:`ServectlController` keeps, for every tick, the :class:`Observed` it was given,
+  the rollout's :class:`Intent`, the autoscaler's demand, the planner state before and
+  after and the :class:`Plan` applied (the planner call is observed, not altered);
 - the planner alone: random hand-built observations, intents and planner states straight
-  into :func:`planner.plan` (many more examples, one step each).
+  into :func:`planner.plan` (many more examples, one step each), plus the regressions
+  this file found as explicit examples.
 
-Both check the same rules from the inputs of the tick (:class:`Step`): every revision's
-current, planned and target share, the planner's own cost estimate and ``need``.
+Each tick is re-derived from its inputs (:class:`Step`): every revision's applied,
+planned and target share, the planner's own cost estimate (its state's, updated with
+the tick's measurement) and ``need(demand, share, cost, mix)``. The properties:
+
+- scale first (rule 1): a share rises only onto ready, AVAILABLE replicas that carry it;
+  the one exception, a hard abort onto a stable that serves, moves exactly to the intent;
+- never below the base: every revision has what its new share needs;
+- no jitter (SHRINK_TOLERANCE): a revision not losing traffic shrinks only when 5 % more
+  demand would need fewer replicas than it has (setCanaryScale sizes excepted);
+- no over-provisioning: no revision gets more than one of the rules asks for;
+- drain, then shrink (rule 2, as documented now): after a revision's share dropped, for
+  ``hold_s`` it keeps at least the lower of its last size and what its old (highest)
+  share needs at today's demand; ``hold_s`` is drainSeconds, blue/green's switch at least
+  its scaleDownDelaySeconds;
+- abort (rule 4): stable is never below what its share needs, a hard abort sizes it for
+  all the traffic, and its replicas never decrease unless 5 % more demand would need fewer;
+- surge budget (rule 6): the replicas above the revisions' bases exceed the budget only
+  by replicas already there (held while draining, added ahead earlier, kept by rule 8);
+- missing metrics (rule 8): nothing shrinks, weights hold (an abort moves them only
+  toward stable);
+- costs are relative to the stable revision, also across a promotion;
+- no flapping: planning a cycle that moved no traffic again on its own result asks for
+  the same replicas;
+- in the simulator, per second: no revision has weight without a ready replica, nothing
+  is lost for want of a ready replica, nothing is cut by a kill (grace 30 s).
 """
 
 from __future__ import annotations
@@ -22,7 +48,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import numpy as np
@@ -39,6 +65,7 @@ from servectl.sim import control, model, rollout_sim, runner, suite, traces
 from servectl.sim.servectl_controller import ServectlController
 
 EPS = 1e-9
+K = TypeVar("K")
 SERVICE = "m"
 SVC = suite.service()
 
@@ -667,7 +694,9 @@ def simulate(case: Case, seed: int = 0) -> tuple[rollout_sim.RolloutSimResult, l
 
 
 def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick]) -> list[str]:
-    """Every rule at every tick, plus the rules that span ticks (2 and abort's 4)."""
+    """Every single-step rule at every tick, with the drain windows (rule 2) carried from
+    tick to tick and each lowering's hold checked against the spec; then the per-second
+    and whole-run simulator properties."""
     out: list[str] = []
     drains: dict[str, Drain] = {}
     for tick in ticks:
@@ -708,7 +737,40 @@ def describe(case: Case) -> str:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def hard_failure_after_full_weight() -> Case:
+    """setWeight 100 drains stable to 0 replicas (drainSeconds 0); the analysis after it
+    fails hard (20 % errors >= 15 %): the abort must scale stable first, not move all
+    the traffic onto no replica (it lost ~6000 requests before the fix)."""
+    spec = models.RolloutSpec.model_validate(
+        {
+            "steps": [{"setWeight": 100}, {"pause": {"seconds": 60}}, {"analysis": {}}],
+            "analysis": {
+                "interval": "10s",
+                "minSamples": 50,
+                "checks": [{"metric": "errorRate", "max": 0.05}],
+            },
+            "drainSeconds": 0,
+            "hardFailureErrorRate": 0.15,
+        }
+    )
+    scenario = control.RolloutScenario(
+        name="hard-failure-after-full-weight",
+        trace=traces.Trace("flat", np.full(400, 200.0)),
+        revisions={
+            1: control.RevisionModel(1, SVC),
+            2: control.RevisionModel(2, SVC, error_rate=0.2),
+            3: control.RevisionModel(3, SVC),
+        },
+        stable_version=1,
+        events=(control.Event(30.0, control.Op.START, 2),),
+        service_name=SERVICE,
+        grace_s=30.0,
+    )
+    return Case(scenario=scenario, spec=spec, drain_s=0, delay_s=None)
+
+
+@example(case=hard_failure_after_full_weight())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
     result, ticks = simulate(case)
@@ -721,7 +783,7 @@ def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
 NAMES = {1: rev_name(1), 2: rev_name(2), 3: rev_name(3)}
 
 
-def split(draw: st.DrawFn, names: Sequence[str]) -> dict[str, int]:
+def split(draw: st.DrawFn, names: Sequence[K]) -> dict[K, int]:
     """Integer weights summing to 100 over ``names`` (some may get 0)."""
     cuts = sorted(
         draw(st.lists(st.integers(0, 100), min_size=len(names) - 1, max_size=len(names) - 1))
