@@ -392,6 +392,20 @@ def _abort_intent(state: RolloutState, hold: float) -> Intent:
     )
 
 
+def _switch_intent(state: RolloutState, hold: float) -> Intent:
+    """Blue/green: all traffic to the (full-size) preview in one step."""
+    assert state.canary is not None
+    return Intent(
+        stable=state.stable,
+        canary=state.canary,
+        weights={state.canary: 100},
+        canary_scale=("weight", 100),
+        hold_s=hold,
+        phase=state.phase,
+        message=state.message,
+    )
+
+
 def _settled(state: RolloutState, hold: float) -> Intent:
     return Intent(
         stable=state.stable,
@@ -591,6 +605,37 @@ def _judged(
     )
 
 
+def _hold_step(
+    state: RolloutState,
+    spec: models.RolloutSpec,
+    step: models.RolloutStep,
+    view: View,
+    label: str,
+) -> tuple[RolloutState, bool]:
+    """Run a pause or analysis step; returns (state, True) when it is over and the
+    rollout moved to the next step."""
+    now = view.now
+    if step.pause is not None:
+        seconds = step.pause.seconds
+        if seconds is None:
+            return replace(
+                state, phase=Phase.PAUSED, message=f"{label}: paused until resumed"
+            ), False
+        started = state.step_started if state.step_started is not None else now
+        if now + 1e-9 >= started + seconds:
+            return _next_step(state, now, f"pause of {seconds} s over"), True
+        return replace(state, message=f"{label}: paused {now - started:.0f} of {seconds} s"), False
+    if state.skip_analysis:
+        return _next_step(state, now, "analysis skipped"), True
+    state, result = _run_analysis(state, spec, step, view)
+    if result is None:
+        if not state.message.startswith("analysis"):
+            state = replace(state, message=f"{label}: analysing")
+        return state, False
+    state, passed = _judged(state, spec, step, result, now)
+    return (_next_step(state, now, state.message), True) if passed else (state, False)
+
+
 def _advance_canary(
     state: RolloutState, spec: models.RolloutSpec, view: View, hold: float
 ) -> tuple[RolloutState, Intent]:
@@ -625,33 +670,8 @@ def _advance_canary(
         if step.set_canary_scale is not None:
             state = _next_step(state, now, "canary scale set")
             continue
-        if step.pause is not None:
-            if step.pause.seconds is None:
-                state = replace(
-                    state, phase=Phase.PAUSED, message=f"step {state.step}: paused until resumed"
-                )
-                break
-            started = state.step_started if state.step_started is not None else now
-            if now + 1e-9 >= started + step.pause.seconds:
-                state = _next_step(state, now, f"pause of {step.pause.seconds} s over")
-                continue
-            state = replace(
-                state,
-                message=f"step {state.step}: paused {now - started:.0f} of {step.pause.seconds} s",
-            )
-            break
-        # analysis
-        if state.skip_analysis:
-            state = _next_step(state, now, "analysis skipped")
-            continue
-        state, result = _run_analysis(state, spec, step, view)
-        if result is None:
-            if not state.message.startswith("analysis"):
-                state = replace(state, message=f"step {state.step}: analysing")
-            break
-        state, passed = _judged(state, spec, step, result, now)
+        state, passed = _hold_step(state, spec, step, view, f"step {state.step}")
         if passed:
-            state = _next_step(state, now, state.message)
             continue
         break
     if state.phase is Phase.ABORTED:
@@ -766,15 +786,7 @@ def _advance_blue_green(
             state = replace(state, switched_at=now)
             return state, _settled(state, hold_bg)
         state = _waiting(state, spec, view, canary, f"switching to v{canary}")
-        return state, Intent(
-            stable=state.stable,
-            canary=canary,
-            weights={canary: 100},
-            canary_scale=preview_scale,
-            hold_s=hold_bg,
-            phase=state.phase,
-            message=state.message,
-        )
+        return state, _switch_intent(state, hold_bg)
     ready = int(view.ready.get(canary, 0))
     needed = int(view.needed.get(canary, 1))
     preview = Intent(
@@ -796,30 +808,9 @@ def _advance_blue_green(
     state = _progressed(state)
     while state.step < len(spec.steps) and state.phase is Phase.PROGRESSING:
         step = spec.steps[state.step]
-        if step.pause is not None:
-            if step.pause.seconds is None:
-                state = replace(
-                    state, phase=Phase.PAUSED, message="preview ready: paused until resumed"
-                )
-                break
-            started = state.step_started if state.step_started is not None else now
-            if now + 1e-9 >= started + step.pause.seconds:
-                state = _next_step(state, now, "pause over")
-                continue
-            state = replace(
-                state, message=f"preview: paused {now - started:.0f} of {step.pause.seconds} s"
-            )
-            break
-        if state.skip_analysis:
-            state = _next_step(state, now, "analysis skipped")
-            continue
-        state, result = _run_analysis(state, spec, step, view)
-        if result is None:
-            break
-        state, passed = _judged(state, spec, step, result, now)
+        state, passed = _hold_step(state, spec, step, view, "preview")
         if not passed:
             break
-        state = _next_step(state, now, state.message)
     if state.phase is Phase.ABORTED:
         return state, _abort_intent(state, hold_bg)
     if state.step >= len(spec.steps) and state.phase is Phase.PROGRESSING:
@@ -829,15 +820,7 @@ def _advance_blue_green(
             )
         else:
             state = replace(state, promoting=True, message=f"switching to v{canary}")
-            return state, Intent(
-                stable=state.stable,
-                canary=canary,
-                weights={canary: 100},
-                canary_scale=preview_scale,
-                hold_s=hold_bg,
-                phase=state.phase,
-                message=state.message,
-            )
+            return state, _switch_intent(state, hold_bg)
     return state, replace(preview, phase=state.phase, message=state.message)
 
 
