@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Self
 
 from servectl.api import models
 from servectl.autoscaling import config, hpa
@@ -220,7 +221,39 @@ def _phase_for(native: str) -> str:
 # ----------------------------------------------------------------------------- Argo
 
 
-class ArgoStyle:
+class _Peer:
+    """What both emulated peers share: the controller protocol's name and period, and a
+    constructor from a scenario."""
+
+    _name: str
+    _period_s: float
+
+    def __init__(self, spec: models.RolloutSpec, **options: Any) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def for_scenario(
+        cls, spec: models.RolloutSpec, scenario: control.RolloutScenario, **options: Any
+    ) -> Self:
+        """One with the scenario's service name and replica bounds."""
+        return cls(
+            spec,
+            service=scenario.service_name,
+            min_replicas=scenario.min_replicas,
+            max_replicas=scenario.max_replicas,
+            **options,
+        )
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def period_s(self) -> float:
+        return self._period_s
+
+
+class ArgoStyle(_Peer):
     """Argo Rollouts, canary strategy with ``trafficRouting``, one HPA on the Rollout.
 
     Per tick (``period_s``; the Argo controller itself reacts to ReplicaSet events, so
@@ -298,27 +331,6 @@ class ArgoStyle:
         self._canary_now = 0  # the canary's replicas as last planned
         self._stable_now = 0  # the stable's replicas as last planned
         self._outcome = "Idle"  # the phase once no rollout runs: Idle, Completed
-
-    @classmethod
-    def for_scenario(
-        cls, spec: models.RolloutSpec, scenario: control.RolloutScenario, **options: object
-    ) -> ArgoStyle:
-        """An ArgoStyle with the scenario's service name and replica bounds."""
-        return cls(
-            spec,
-            service=scenario.service_name,
-            min_replicas=scenario.min_replicas,
-            max_replicas=scenario.max_replicas,
-            **options,  # type: ignore[arg-type]
-        )
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def period_s(self) -> float:
-        return self._period_s
 
     def revision_name(self, version: int) -> str:
         return f"{self.service}-v{version}"
@@ -834,7 +846,7 @@ def _split(weight: int, ready: Sequence[int]) -> list[int]:
     return shares
 
 
-class FlaggerStyle:
+class FlaggerStyle(_Peer):
     """Flagger's canary analysis loop with two HPAs (primary and canary).
 
     Per tick (``period_s``): the user's commands; both HPAs (every 15 s), each over its own
@@ -931,27 +943,6 @@ class FlaggerStyle:
             if step.analysis is not None and step.analysis.checks:
                 return tuple(step.analysis.checks)
         return ()
-
-    @classmethod
-    def for_scenario(
-        cls, spec: models.RolloutSpec, scenario: control.RolloutScenario, **options: object
-    ) -> FlaggerStyle:
-        """A FlaggerStyle with the scenario's service name and replica bounds."""
-        return cls(
-            spec,
-            service=scenario.service_name,
-            min_replicas=scenario.min_replicas,
-            max_replicas=scenario.max_replicas,
-            **options,  # type: ignore[arg-type]
-        )
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def period_s(self) -> float:
-        return self._period_s
 
     def canary_name(self, version: int) -> str:
         return f"{self.service}-v{version}"
