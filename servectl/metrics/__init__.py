@@ -1,0 +1,1 @@
+"""Metrics: per-revision signals from Prometheus, and the local runtime's exporters."""

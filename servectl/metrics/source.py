@@ -1,0 +1,254 @@
+"""The Prometheus source: one query per signal per tick, for every service at once.
+
+The I/O edge of ``servectl.metrics``: it sends the queries of
+:mod:`servectl.metrics.promql` through ``prometheus-api-client``, all evaluated at the
+same instant, and hands the answers to :func:`servectl.metrics.assemble.assemble`.
+
+A failure never raises out of :meth:`PrometheusSource.snapshot`: Prometheus down, a
+timeout or a bad query each become a :class:`~servectl.metrics.assemble.Problem` for the
+signal it hit, so the snapshot says what is missing and why, and the engine holds.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from servectl.metrics import names
+from servectl.metrics.assemble import (
+    CounterTracker,
+    MetricsSnapshot,
+    Problem,
+    Reason,
+    RevisionKey,
+    Sample,
+    assemble,
+    parse_vector,
+)
+from servectl.metrics.config import MetricsConfig
+from servectl.metrics.promql import SignalQuery, build_queries, check_templates
+
+
+class PrometheusSource:
+    """Per-revision signals from one Prometheus.
+
+    Keep one source per controller: it remembers per-series counter values between
+    ticks (:class:`CounterTracker`) so the rollout analysis gets monotonic totals.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        config: MetricsConfig | None = None,
+        *,
+        clock: Callable[[], float] = _time.time,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.config = config or MetricsConfig()
+        check_templates(self.config)
+        self._clock = clock
+        self._client = PrometheusConnect(
+            url=self.url,
+            headers=headers,
+            disable_ssl=False,
+            retry=Retry(total=0),
+            timeout=self.config.timeout_seconds,
+            method="POST",
+        )
+        self.tracker = CounterTracker()
+        self.queries_sent = 0
+
+    # ------------------------------------------------------------------ queries
+
+    def query(self, promql: str, at: float | None = None) -> list[Sample]:
+        """One instant query; raises ``requests`` / client exceptions (see :meth:`_problem`)."""
+        params = {"time": f"{at:.3f}"} if at is not None else {}
+        self.queries_sent += 1
+        result: Any = self._client.custom_query(promql, params=params)
+        return parse_vector(result)
+
+    def _problem(self, signal: str, exc: Exception) -> Problem:
+        if isinstance(exc, requests.Timeout):
+            return Problem(
+                signal,
+                Reason.TIMEOUT,
+                f"{signal}: Prometheus at {self.url} did not answer within "
+                f"{self.config.timeout_seconds:g} s (raise metrics timeoutSeconds, or look at "
+                "its load)",
+            )
+        if isinstance(exc, requests.ConnectionError):
+            return Problem(
+                signal,
+                Reason.UNREACHABLE,
+                f"{signal}: Prometheus at {self.url} is unreachable ({_short(exc)}): is it "
+                "running, and is --prometheus the right URL?",
+            )
+        if isinstance(exc, PrometheusApiClientException):
+            text = str(exc)
+            if "HTTP Status Code 5" in text and "execution" not in text:
+                return Problem(
+                    signal, Reason.UNREACHABLE, f"{signal}: Prometheus at {self.url}: {text}"
+                )
+            return Problem(
+                signal,
+                Reason.QUERY_ERROR,
+                f"{signal}: Prometheus rejected the query ({_prom_error(text)}); check "
+                f"metrics queries.{signal}.* in your config (servectl metrics queries prints "
+                "them)",
+            )
+        return Problem(signal, Reason.QUERY_ERROR, f"{signal}: {type(exc).__name__}: {exc}")
+
+    def _run(self, query: SignalQuery, at: float) -> Sequence[Sample] | Problem:
+        try:
+            return self.query(query.promql, at)
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            return self._problem(query.signal, exc)
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot(
+        self,
+        *,
+        expected: Iterable[RevisionKey] = (),
+        analysis_services: Iterable[str] | None = None,
+        diagnose: bool = True,
+    ) -> MetricsSnapshot:
+        """This tick's signals for every service and revision.
+
+        ``expected``: revisions the caller runs (each appears, missing signals named, even
+        when Prometheus has nothing on it). ``analysis_services``: services in a rollout
+        analysis, whose per-pod cumulative counters are fetched for
+        :class:`~servectl.rollout.counters.Counters`. ``diagnose``: when a signal returns
+        no series at all, ask Prometheus which piece is absent (a few ``count()`` queries,
+        only on that failure) to name the cause.
+        """
+        at = self._clock()
+        queries = build_queries(self.config, analysis_services=analysis_services)
+        before = self.queries_sent
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+            answers = list(pool.map(lambda q: self._run(q, at), queries))
+        results: dict[str, Sequence[Sample] | Problem] = {
+            q.signal: a for q, a in zip(queries, answers, strict=True)
+        }
+        if diagnose:
+            for signal, answer in list(results.items()):
+                if not isinstance(answer, Problem) and not answer:
+                    found = self._diagnose(signal, at)
+                    if found is not None:
+                        results[signal] = found
+        return assemble(
+            at,
+            results,
+            self.config,
+            self.tracker,
+            queries=self.queries_sent - before,
+            expected=expected,
+        )
+
+    # ------------------------------------------------------------------ diagnosis
+
+    def _checks(self, signal: str) -> list[tuple[str, str]]:
+        """(PromQL count query, what it means when it is 0) for an empty signal."""
+        cfg = self.config
+        info = cfg.pod_info
+        pod_info = [
+            (f"count({info.metric})", f"no {info.metric} series (is kube-state-metrics scraped?)"),
+            (
+                f'count({info.metric}{{{info.service_label}!=""}})',
+                f"{info.metric} has no '{info.service_label}' label: allow the servectl.io pod "
+                "labels in kube-state-metrics (--metric-labels-allowlist=pods=[servectl.io/"
+                "service,servectl.io/revision]) or set metrics podInfo.serviceLabel",
+            ),
+        ]
+        tfs = cfg.tf_serving_labels
+        if signal == "cpu":
+            return [
+                (
+                    f"count({names.CADVISOR_CPU})",
+                    f"no cAdvisor series {names.CADVISOR_CPU} (is the kubelet's /metrics/cadvisor "
+                    "scraped, or the local runtime's CPU exporter running?)",
+                ),
+                *pod_info,
+            ]
+        if signal == "cpu_requests":
+            return [
+                (
+                    f"count({names.KSM_REQUESTS})",
+                    f"no kube-state-metrics series {names.KSM_REQUESTS}",
+                ),
+                *pod_info,
+            ]
+        if signal == "gpu":
+            gpu = cfg.gpu_labels
+            return [
+                (
+                    f"count({names.DCGM_GPU_UTIL})",
+                    f"no {names.DCGM_GPU_UTIL} series: no GPU, or dcgm-exporter (local: "
+                    "servectl exporter gpu) is not scraped",
+                ),
+                (
+                    f'count({names.DCGM_GPU_UTIL}{{{gpu.pod}!=""}})',
+                    f"{names.DCGM_GPU_UTIL} series carry no '{gpu.pod}' label: run dcgm-exporter "
+                    "in Kubernetes mode, or set metrics gpuLabels (exported_pod when scraped "
+                    "through a Service without honorLabels)",
+                ),
+                *pod_info,
+            ]
+        if signal in ("requests", "latency"):
+            metric = (
+                names.TFS_REQUEST_COUNT
+                if signal == "requests"
+                else names.TFS_REQUEST_LATENCY + "_count"
+            )
+            return [
+                (
+                    f"count({{__name__={metric!r}}})".replace("'", '"'),
+                    f"no TF Serving series {metric}: start the model server with "
+                    "--monitoring_config_file (prometheus_config {enable: true, path: "
+                    '"/monitoring/prometheus/metrics"}) and scrape that path',
+                ),
+                (
+                    f'count({{__name__="{metric}", {tfs.service}!=""}})',
+                    f"TF Serving series have no '{tfs.service}' label: the scrape must add "
+                    "namespace, service, revision and pod from the pod's labels "
+                    "(deploy/prometheus/scrape-config.yaml), or set metrics tfServingLabels",
+                ),
+            ]
+        return []
+
+    def _diagnose(self, signal: str, at: float) -> Problem | None:
+        for promql, meaning in self._checks(signal):
+            try:
+                samples = self.query(promql, at)
+            except (requests.RequestException, PrometheusApiClientException, ValueError):
+                return None
+            count = samples[0].value if samples else 0.0
+            if not count:
+                reason = Reason.LABEL_MISSING if "label" in meaning else Reason.NO_DATA
+                return Problem(signal, reason, f"{signal}: {meaning}")
+        return None
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "timed out"):
+        if marker in text:
+            return marker.lower()
+    return text[:160]
+
+
+def _prom_error(text: str) -> str:
+    """Prometheus' own ``"error"`` field out of the client's exception text."""
+    start = text.find('"error":"')
+    if start < 0:
+        return text[:200]
+    end = text.find('"', start + 9)
+    return text[start + 9 : end if end > 0 else None][:300]
