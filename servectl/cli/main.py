@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servectl import __version__
+from servectl.cli.exporter_cmd import exporter_app
+from servectl.cli.metrics_cmd import metrics_app
 from servectl.cli.rollout_cmd import rollout_app
 
 app = typer.Typer(
@@ -36,6 +38,8 @@ crds_app = typer.Typer(help="CustomResourceDefinitions for ModelService and Scal
 app.add_typer(policy_app, name="policy")
 app.add_typer(crds_app, name="crds")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(exporter_app, name="exporter")
+app.add_typer(metrics_app, name="metrics")
 
 out = Console()
 err = Console(stderr=True)
