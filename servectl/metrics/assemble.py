@@ -17,6 +17,7 @@ What it guarantees to the decision code:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,10 +73,15 @@ def parse_vector(result: Sequence[Mapping[str, Any]]) -> list[Sample]:
     """Prometheus' ``{"metric": {...}, "value": [t, "v"]}`` list -> samples (NaN -> None)."""
     samples = []
     for item in result:
-        ts, raw = item["value"]
+        # A template that answers a scalar or a range vector is a bad query, not a crash:
+        # ValueError is what the source turns into a QueryError problem.
+        pair = item.get("value") if isinstance(item, Mapping) else None
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise ValueError(f"expected an instant vector element {{metric, value}}, got {item!r}")
+        ts, raw = pair
         value = float(raw)
         samples.append(
-            Sample(dict(item.get("metric", {})), value if math.isfinite(value) else None, float(ts))
+            Sample(item.get("metric", {}), value if math.isfinite(value) else None, float(ts))
         )
     return samples
 
@@ -326,10 +332,10 @@ def assemble(
                 Problem(signal, Reason.NO_DATA, f"{signal}: the query returned no series")
             )
     bounds = _bounds(accs.values())
-    revisions = {
-        key: _revision(key, time, a, config, tracker, bounds) for key, a in accs.items()
-    }
-    if tracker is not None:
+    revisions = {key: _revision(key, time, a, config, tracker, bounds) for key, a in accs.items()}
+    # A revision absent because a query failed is not dead: forget only after a tick that
+    # answered in full, else its totals would restart from its current pods' values.
+    if tracker is not None and not any(isinstance(r, Problem) for r in results.values()):
         tracker.forget(revisions)
     return MetricsSnapshot(
         time, revisions, bounds, tuple(problems), queries, tuple(config.percentiles)
@@ -449,15 +455,19 @@ def _revision(
             pods.append(
                 PodSample(
                     name=name,
-                    cpu_usage_cores=a.cpu.get(name),
+                    # Without its request a pod has no utilization (the HPA refuses it too):
+                    # a stand-in request would make the usage read as any percentage.
+                    cpu_usage_cores=a.cpu.get(name) if name in a.request else None,
                     cpu_request_cores=a.request.get(name, 1.0),
                     gpu_duty_cycle=a.gpu.get(name) if usable("gpu") else None,
                 )
             )
-        used = [v for v in a.cpu.values() if v is not None]
-        if used:
-            usage = sum(used)
-            requested = sum(a.request.get(p, 0.0) for p, v in a.cpu.items() if v is not None)
+        used = {p: v for p, v in a.cpu.items() if v is not None}
+        # Every servectl pod requests CPU: a pod using CPU without a known request means the
+        # requests (kube-state-metrics) are missing or lagging, so CPU is missing this tick.
+        if used and all(p in a.request for p in used):
+            usage = sum(used.values())
+            requested = sum(a.request[p] for p in used)
             utilization = 100.0 * usage / requested if requested > 0 else None
     gpu_values = [v for v in a.gpu.values() if v is not None] if usable("gpu") else []
     gpu = sum(gpu_values) / len(gpu_values) if gpu_values else None
@@ -485,9 +495,7 @@ def _revision(
 
     counters = None
     if tracker is not None and a.counted:
-        buckets = tuple(
-            tracker.total(key, f"le={le!r}") or 0.0 for le in [*bounds, math.inf]
-        )
+        buckets = tuple(tracker.total(key, f"le={le!r}") or 0.0 for le in [*bounds, math.inf])
         per_bucket = dict(zip([*bounds, math.inf], buckets, strict=True))
         counters = Counters(
             time=time,
@@ -540,9 +548,16 @@ def aggregate(
     """A service's signals from its revisions' (sums of rates; latency from summed buckets)."""
     pods = tuple(p for r in revisions for p in r.pods)
     sig = [r.signals for r in revisions]
+    # A service misses a signal when any revision taking traffic misses it; the others'
+    # partial sum would understate it (and scale down), so a missing signal is None.
+    missing = tuple(sorted({m for r in revisions for m in r.missing}))
     usage = _sum(s.cpu_usage_cores for s in sig)
     requested = sum(
-        p.cpu_request_cores for r in revisions for p in r.pods if p.cpu_usage_cores is not None
+        p.cpu_request_cores
+        for r in revisions
+        if r.signals.cpu_usage_cores is not None
+        for p in r.pods
+        if p.cpu_usage_cores is not None
     )
     rps = _sum(s.rps for s in sig)
     errors = _sum(
@@ -573,9 +588,22 @@ def aggregate(
         error_rate=errors / rps if errors is not None and rps else None,
         age_s=max((s.age_s for s in sig), default=0.0),
     )
-    # A service misses a signal when any revision taking traffic misses it.
-    missing = tuple(sorted({m for r in revisions for m in r.missing}))
+    cleared: dict[str, Any] = {}
+    for signal in missing:
+        cleared.update({f: None for f in _FIELDS.get(signal, ())})
+    if "latency" in missing:
+        cleared["latency_ms"] = {}
+    signals = dataclasses.replace(signals, **cleared)
     return ServiceMetrics(namespace, service, signals, pods, missing)
+
+
+#: The ``Signals`` fields each signal feeds.
+_FIELDS = {
+    "cpu": ("cpu_utilization", "cpu_usage_cores"),
+    "gpu": ("gpu_duty_cycle",),
+    "requests": ("rps", "error_rate"),
+    "latency": ("concurrency",),
+}
 
 
 def _sum(values: Iterable[float | None]) -> float | None:
@@ -604,7 +632,11 @@ def condition(
     reasons: list[str] = []
     for signal in needed:
         problem = snapshot.problem(signal)
-        if problem is not None and problem.reason != Reason.NO_DATA:
+        if problem is None and signal == "cpu":
+            problem = snapshot.problem("cpu_requests")  # utilization needs the requests too
+        # A label missing on some series (say a TF Serving nobody labelled) only matters to
+        # services that lack the signal; the others got theirs from well-labelled series.
+        if problem is not None and problem.reason not in (Reason.NO_DATA, Reason.LABEL_MISSING):
             causes.append(problem.message)
             reasons.append(problem.reason)
             continue

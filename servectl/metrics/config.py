@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from servectl.metrics import names
 
-_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+# Prometheus' own duration syntax (model.ParseDuration): units largest first, each once.
+_DURATION = re.compile(r"^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
@@ -158,8 +159,12 @@ class MetricsConfig(_Model):
     @field_validator("rate_window")
     @classmethod
     def _duration(cls, value: str) -> str:
-        if not _DURATION.match(value):
-            raise ValueError(f"{value!r} is not a PromQL duration (e.g. 30s, 1m, 1m30s)")
+        if not value or not _DURATION.match(value):
+            raise ValueError(
+                f"{value!r} is not a PromQL duration (e.g. 30s, 1m, 1m30s: units largest first)"
+            )
+        if not any(int(n) for n in re.findall(r"[0-9]+", value)):
+            raise ValueError(f"{value!r}: the rate window must be longer than 0")
         return value
 
     @field_validator("percentiles")

@@ -61,7 +61,9 @@ DEFAULT_TEMPLATES: dict[str, str] = {
 }
 assert set(DEFAULT_TEMPLATES) == set(PART_KEYS)
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+# Any {{...}} is a placeholder, so a misspelt one ({{Window}}, {{pod-info}}) is refused
+# at load instead of reaching Prometheus as a parse error every tick.
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 PLACEHOLDERS = ("window", "namespace", "pod", "service", "revision", "match", "pod_info")
 
 

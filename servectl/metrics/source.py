@@ -11,6 +11,8 @@ signal it hit, so the snapshot says what is missing and why, and the engine hold
 
 from __future__ import annotations
 
+import ast
+import json
 import time as _time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,16 @@ from servectl.metrics.assemble import (
 )
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.promql import SignalQuery, build_queries, check_templates
+
+#: What one query can fail with. KeyError/TypeError: a 200 answer that is not Prometheus'
+#: JSON shape (the client indexes ``["data"]["result"]``), e.g. a proxy's or another API's.
+_FAILURES = (
+    requests.RequestException,
+    PrometheusApiClientException,
+    ValueError,
+    KeyError,
+    TypeError,
+)
 
 
 class PrometheusSource:
@@ -109,7 +121,7 @@ class PrometheusSource:
     def _run(self, query: SignalQuery, at: float) -> Sequence[Sample] | Problem:
         try:
             return self.query(query.promql, at)
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+        except _FAILURES as exc:
             return self._problem(query.signal, exc)
 
     # ------------------------------------------------------------------ snapshot
@@ -228,7 +240,7 @@ class PrometheusSource:
         for promql, meaning in self._checks(signal):
             try:
                 samples = self.query(promql, at)
-            except (requests.RequestException, PrometheusApiClientException, ValueError):
+            except _FAILURES:
                 return None
             count = samples[0].value if samples else 0.0
             if not count:
@@ -246,9 +258,19 @@ def _short(exc: Exception) -> str:
 
 
 def _prom_error(text: str) -> str:
-    """Prometheus' own ``"error"`` field out of the client's exception text."""
-    start = text.find('"error":"')
-    if start < 0:
-        return text[:200]
-    end = text.find('"', start + 9)
-    return text[start + 9 : end if end > 0 else None][:300]
+    """Prometheus' own ``"error"`` field out of the client's exception text.
+
+    The client writes ``HTTP Status Code 400 (b'{...}')``: the body's bytes literal is
+    decoded and parsed, as the error text itself often holds (escaped) quotes, e.g.
+    ``unexpected "(" in grouping opts``.
+    """
+    start = text.find("(b")
+    if start >= 0 and text.endswith(")"):
+        try:
+            body = ast.literal_eval(text[start + 1 : -1])
+            error = json.loads(body)["error"]
+        except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
+            pass
+        else:
+            return str(error)[:300]
+    return text[:200]
