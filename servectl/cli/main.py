@@ -208,6 +208,22 @@ def bench(
             ),
         ),
     ] = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help=(
+                "Instead: time one metrics snapshot for 10 and for --services services x 3 "
+                "revisions against a real Prometheus (needs the `prometheus` binary)."
+            ),
+        ),
+    ] = False,
+    services: Annotated[
+        int, typer.Option(min=1, help="With --metrics: services in the large case.")
+    ] = 1000,
+    repeat: Annotated[
+        int, typer.Option(min=3, help="With --metrics: snapshots timed per case.")
+    ] = 15,
 ) -> None:
     """Run every trace of the standard suite through every policy and compare.
 
@@ -225,6 +241,9 @@ def bench(
 
     if micro:
         _micro_bench(as_json)
+        return
+    if metrics:
+        _metrics_bench(services, repeat, as_json)
         return
     if rollouts:
         _rollout_bench(traces_opt, policies_opt, seed, as_json)
@@ -289,6 +308,50 @@ def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, as_json
         return
     header, rows = rollout_bench.table(records)
     _print_table("rollouts under load (servectl vs emulated peers)", header, rows)
+
+
+def _metrics_bench(services: int, repeat: int, as_json: bool) -> None:
+    from servectl.metrics import bench as metrics_bench
+    from servectl.metrics.server import PrometheusError, find_prometheus
+
+    if find_prometheus() is None:
+        raise fail("--metrics needs Prometheus: apt-get install prometheus (Debian/Ubuntu)")
+    try:
+        rows = metrics_bench.run_metrics_bench(
+            services, repeat=repeat, progress=lambda m: err.print(m, highlight=False)
+        )
+    except (PrometheusError, RuntimeError) as exc:
+        raise fail(str(exc), 1) from exc
+    if as_json:
+        for record in metrics_bench.rows_as_records(rows):
+            print(json.dumps(record))
+        return
+    header = [
+        "case",
+        "services x revisions",
+        "analysed",
+        "queries/snapshot",
+        "median ms",
+        "p90 ms",
+        "revisions seen",
+        "missing",
+        "max rps error",
+    ]
+    body = [
+        [
+            r.case,
+            f"{r.services} x {r.revisions}",
+            str(r.analysed_services),
+            str(r.queries_per_snapshot),
+            f"{r.median_ms:.0f}",
+            f"{r.p90_ms:.0f}",
+            str(r.revisions_seen),
+            str(r.revisions_missing_signals),
+            f"{100 * r.max_rps_error:.1f} %",
+        ]
+        for r in rows
+    ]
+    _print_table(f"metrics snapshot, {repeat} per case (real Prometheus)", header, body)
 
 
 def _micro_bench(as_json: bool) -> None:

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servectl.api.models import Condition, ConditionStatus, ConditionType
-from servectl.autoscaling.snapshot import PodSample, Signals, percentile_key
+from servectl.autoscaling.snapshot import (
+    PodSample,
+    Replicas,
+    RolloutInfo,
+    Signals,
+    Snapshot,
+    percentile_key,
+)
 from servectl.autoscaling.windows import histogram_quantile
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.promql import PART_LABEL
@@ -149,6 +156,18 @@ class ServiceMetrics:
     signals: Signals
     pods: tuple[PodSample, ...]
     missing: tuple[str, ...]
+
+    def snapshot(
+        self, time: float, replicas: Replicas, rollout: RolloutInfo | None = None
+    ) -> Snapshot:
+        """The autoscaler's input: these signals with the backend's replica counts."""
+        return Snapshot(
+            time=time,
+            replicas=replicas,
+            signals=self.signals,
+            pods=self.pods,
+            rollout=rollout or RolloutInfo(),
+        )
 
 
 @dataclass(frozen=True)
