@@ -17,6 +17,7 @@ What it guarantees to the decision code:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -230,10 +231,26 @@ class _Acc:
     status_seen: bool = False
     latency: dict[float, float] = field(default_factory=dict)  # le -> cumulative rate
     latency_nan: bool = False
+    latency_count: float | None = None  # requests per second behind the histogram
     busy: float | None = None
     newest: dict[str, float] = field(default_factory=dict)  # signal -> newest sample time
     gateway: dict[str, float] = field(default_factory=dict)  # code -> rate
     counted: bool = False
+
+
+def _on_layout(le: float | None, layout: Sequence[float]) -> float | None:
+    """``le`` as the layout's own bound when it is that bound as printed.
+
+    TF Serving prints bounds with six significant digits (``67466.4`` for 67466.406...):
+    matching them to the layout keeps one bucket per bound instead of two near-twins.
+    """
+    if le is None or not math.isfinite(le):
+        return le
+    index = bisect.bisect_left(layout, le)
+    for near in layout[max(0, index - 1) : index + 1]:
+        if abs(near - le) <= 1e-5 * max(abs(near), 1.0):
+            return near
+    return le
 
 
 def _le(labels: Mapping[str, str]) -> float | None:
@@ -342,7 +359,7 @@ def assemble(
                     continue
                 a = acc(key)
                 pod = sample.labels.get(pod_label, "")
-                _fold(signal, part, sample, pod, a, tracker, key)
+                _fold(signal, part, sample, pod, a, tracker, key, config.latency_bounds_us)
         found = keyer.problem(config)
         if found is not None:
             problems.append(found)
@@ -350,7 +367,7 @@ def assemble(
             problems.append(
                 Problem(signal, Reason.NO_DATA, f"{signal}: the query returned no series")
             )
-    bounds = _bounds(accs.values())
+    bounds = _bounds(accs.values(), config.latency_bounds_us)
     revisions = {key: _revision(key, time, a, config, tracker, bounds) for key, a in accs.items()}
     # A revision absent because a query failed is not dead: forget only after a tick that
     # answered in full, else its totals would restart from its current pods' values.
@@ -369,6 +386,7 @@ def _fold(
     a: _Acc,
     tracker: CounterTracker | None,
     key: RevisionKey,
+    layout: Sequence[float],
 ) -> None:
     value = sample.value
     if part == "sample_time":
@@ -400,12 +418,14 @@ def _fold(
                 tracker.add(key, "errors", (pod, status), value)
             a.counted = True
     elif signal == "latency":
-        le = _le(sample.labels)
+        le = _on_layout(_le(sample.labels), layout)
         if part == "rate" and le is not None:
             if value is None:
                 a.latency_nan = True
             else:
                 a.latency[le] = a.latency.get(le, 0.0) + value
+        elif part == "count":
+            a.latency_count = value
         elif part == "busy":
             a.busy = value
         elif part == "total" and le is not None and value is not None and tracker is not None:
@@ -416,11 +436,47 @@ def _fold(
         a.gateway[code] = a.gateway.get(code, 0.0) + value
 
 
-def _bounds(accs: Iterable[_Acc]) -> tuple[float, ...]:
-    seen: set[float] = set()
+def _bounds(accs: Iterable[_Acc], layout: Iterable[float] = ()) -> tuple[float, ...]:
+    seen: set[float] = set(layout)
     for a in accs:
         seen.update(le for le in a.latency if math.isfinite(le))
     return tuple(sorted(seen))
+
+
+def _complete(a: _Acc, bounds: Sequence[float]) -> dict[float, float] | None:
+    """The whole cumulative histogram from the buckets the query returned.
+
+    The query returns only buckets strictly between empty and full: buckets below the
+    lowest returned one are empty (0), buckets above the highest are full (the total). When
+    none is returned, every request fell into one bucket: the one holding the mean latency
+    (busy time over requests), since a mean lies within its observations' bucket. A full
+    histogram (all buckets returned, as a user template may give) passes through unchanged.
+    Returns None when there is no histogram at all (no series).
+    """
+    total = a.latency_count
+    if total is None:
+        total = a.latency.get(math.inf)
+    if total is None:
+        return None if not a.latency else dict(a.latency)
+    layout = [*bounds, math.inf]
+    present = dict(a.latency)
+    if total <= 0:
+        return {le: 0.0 for le in layout}
+    if present:
+        high = max(present)
+        out, running = {}, 0.0
+        for le in layout:
+            if le in present:
+                running = max(running, present[le])
+            elif le > high:
+                running = total
+            out[le] = running  # below the lowest returned: 0; a gap inside: carried forward
+        return out
+    if a.busy is None:
+        return None
+    mean_us = a.busy / total
+    full_from = next((le for le in layout if le >= mean_us), math.inf)
+    return {le: (total if le >= full_from else 0.0) for le in layout}
 
 
 def _per_bucket(cumulative: Mapping[float, float], bounds: Sequence[float]) -> tuple[float, ...]:
@@ -507,8 +563,9 @@ def _revision(
     latency_rates: tuple[float, ...] = ()
     latency_ms: dict[str, float] = {}
     concurrency = None
-    if usable("latency") and a.latency:
-        latency_rates = _per_bucket(a.latency, bounds)
+    cumulative = _complete(a, bounds)
+    if usable("latency") and cumulative is not None:
+        latency_rates = _per_bucket(cumulative, bounds)
         latency_ms = _latencies(latency_rates, bounds, config.percentiles)
         concurrency = a.busy / 1e6 if a.busy is not None else None
 
@@ -528,7 +585,7 @@ def _revision(
         "cpu": usage is not None,
         "gpu": gpu is not None,
         "requests": rps is not None,
-        "latency": bool(latency_ms) or (usable("latency") and bool(a.latency)),
+        "latency": bool(latency_ms) or (usable("latency") and cumulative is not None),
     }
     missing = tuple(sorted(s for s, ok in present.items() if not ok))
     kept_ages = [age for s, age in ages.items() if s not in stale and present.get(s, False)]

@@ -33,7 +33,9 @@ CPU_REQUEST = 1.0
 GPU_UTIL = 37.0
 RPS = 5.0
 ERROR_SHARE = 0.02
-LATENCY_BUCKET_INDEX = 12  # observations fall in (bounds[11], bounds[12]]
+#: Share of requests per latency bucket index (TF Serving's layout): a realistic spread
+#: over three buckets, 4.6-15 ms.
+LATENCY_SHARES = {11: 0.5, 12: 0.3, 13: 0.2}
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,12 @@ class SyntheticCluster:
             f'{names.TFS_REQUEST_COUNT}{{{tfs},status="UNAVAILABLE"}}', 0.0, RPS * ERROR_SHARE
         )
         lat = f'{tfs},API="predict",entrypoint="REST"'
+        share = 0.0
         for index, le in enumerate(self.bounds):
-            rate = RPS if index >= LATENCY_BUCKET_INDEX else 0.0
-            self._add(f'{names.TFS_REQUEST_LATENCY}_bucket{{{lat},le="{le}"}}', 0.0, rate)
-        mean_us = names.TFS_LATENCY_BOUNDS_US[LATENCY_BUCKET_INDEX - 1]
+            share += LATENCY_SHARES.get(index, 0.0)
+            self._add(f'{names.TFS_REQUEST_LATENCY}_bucket{{{lat},le="{le}"}}', 0.0, RPS * share)
+        bounds = names.TFS_LATENCY_BOUNDS_US
+        mean_us = sum(s * (bounds[i - 1] + bounds[i]) / 2 for i, s in LATENCY_SHARES.items())
         self._add(f"{names.TFS_REQUEST_LATENCY}_sum{{{lat}}}", 0.0, RPS * mean_us)
         self._add(f"{names.TFS_REQUEST_LATENCY}_count{{{lat}}}", 0.0, RPS)
 

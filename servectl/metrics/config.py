@@ -15,6 +15,7 @@ A config file is YAML or JSON (``servectl metrics show --config FILE``)::
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -95,7 +96,7 @@ SIGNAL_PARTS: dict[str, tuple[str, ...]] = {
     "cpu_requests": ("value",),
     "gpu": ("util", "memory", "sample_time"),
     "requests": ("rate", "total", "sample_time"),
-    "latency": ("rate", "busy", "total", "sample_time"),
+    "latency": ("rate", "count", "busy", "total", "sample_time"),
 }
 SIGNALS = tuple(SIGNAL_PARTS)
 PART_KEYS = tuple(f"{signal}.{part}" for signal, parts in SIGNAL_PARTS.items() for part in parts)
@@ -121,6 +122,14 @@ class MetricsConfig(_Model):
     percentiles: tuple[float, ...] = Field(
         default=(50.0, 90.0, 95.0, 99.0),
         description="Latency percentiles computed per revision (any is computable on demand).",
+    )
+    latency_bounds_us: tuple[float, ...] = Field(
+        default=names.TFS_LATENCY_BOUNDS_US,
+        alias="latencyBoundsUs",
+        description=(
+            "The latency histogram's finite bucket bounds in µs (TF Serving's 33 by default); "
+            "the query returns only the buckets between empty and full, the rest follow."
+        ),
     )
     namespaces: tuple[str, ...] = Field(
         default=(),
@@ -165,6 +174,13 @@ class MetricsConfig(_Model):
             )
         if not any(int(n) for n in re.findall(r"[0-9]+", value)):
             raise ValueError(f"{value!r}: the rate window must be longer than 0")
+        return value
+
+    @field_validator("latency_bounds_us")
+    @classmethod
+    def _bounds(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if not value or any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError("must be a non-empty list of increasing bucket bounds (µs)")
         return value
 
     @field_validator("percentiles")

@@ -54,7 +54,15 @@ DEFAULT_TEMPLATES: dict[str, str] = {
     "requests.rate": f"sum {_BY_REV}, status) (rate({_COUNT}[{{{{window}}}}]))",
     "requests.total": f"sum {_BY_REV}, {{{{pod}}}}, status) ({_COUNT})",
     "requests.sample_time": f"max {_BY_REV}) (timestamp({_COUNT}))",
-    "latency.rate": f"sum {_BY_REV}, le) (rate({_LATENCY}_bucket{_TFS}[{{{{window}}}}]))",
+    # Only the buckets strictly between empty and full (0 < cumulative < total): the rest
+    # follow from the layout (latencyBoundsUs) and the total, so a revision whose requests
+    # span three buckets returns three samples, not 34 (docs/metrics.md).
+    "latency.rate": (
+        f"(sum {_BY_REV}, le) (rate({_LATENCY}_bucket{_TFS}[{{{{window}}}}])) > 0)"
+        f" < on ({{{{namespace}}}}, {{{{service}}}}, {{{{revision}}}}) group_left ()"
+        f" sum {_BY_REV}) (rate({_LATENCY}_count{_TFS}[{{{{window}}}}]))"
+    ),
+    "latency.count": f"sum {_BY_REV}) (rate({_LATENCY}_count{_TFS}[{{{{window}}}}]))",
     "latency.busy": f"sum {_BY_REV}) (rate({_LATENCY}_sum{_TFS}[{{{{window}}}}]))",
     "latency.total": f"sum {_BY_REV}, {{{{pod}}}}, le) ({_LATENCY}_bucket{_TFS})",
     "latency.sample_time": f"max {_BY_REV}) (timestamp({_LATENCY}_count{_TFS}))",

@@ -35,6 +35,7 @@ from servectl.metrics.assemble import (
     parse_vector,
 )
 from servectl.metrics.config import MetricsConfig, SeriesLabels, ServingLabels
+from servectl.metrics.names import TFS_LATENCY_BOUNDS_US
 from servectl.metrics.promql import PART_LABEL
 
 T = 1000.0
@@ -127,11 +128,14 @@ class Tick:
         sample_time: float | str | None = T,
         service: str = SVC,
         namespace: str = NS,
+        count: float | None = None,
     ) -> Tick:
         """TF Serving request_latency: bucket rates by le (cumulative), busy, per-pod totals."""
         labels = {"namespace": namespace, "service": service, "revision": revision}
         for le, rate in cumulative.items():
             self._add("latency", "rate", rate, {**labels, "le": _le(le)})
+        if count is not None:
+            self._add("latency", "count", count, labels)
         if busy is not None:
             self._add("latency", "busy", busy, labels)
         for pod, buckets in (totals or {}).items():
@@ -923,7 +927,7 @@ def _churn_tick(pods: Mapping[str, float]) -> Tick:
 
 def test_assembled_counters_survive_pod_churn() -> None:
     tracker = CounterTracker()
-    config = MetricsConfig()
+    config = MetricsConfig(latencyBoundsUs=(10.0, 18.0))  # a two-bucket layout
     history = [{"a": 100.0, "b": 50.0}, {"a": 120.0}, {"a": 10.0, "c": 5.0}]
     totals = []
     for i, pods in enumerate(history):
@@ -934,7 +938,7 @@ def test_assembled_counters_survive_pod_churn() -> None:
     assert [c.requests for c in totals] == [150.0, 170.0, 185.0]
     assert [c.errors for c in totals] == [0.0, 0.0, 0.0]
     assert [c.cpu_seconds for c in totals] == pytest.approx([15.0, 17.0, 18.5])
-    # Per bucket (not cumulative), on the bounds seen plus +Inf: all in (10, 18].
+    # Per bucket (not cumulative), on the layout plus +Inf: all in (10, 18].
     assert [c.latency_buckets for c in totals] == [
         (0.0, 150.0, 0.0),
         (0.0, 170.0, 0.0),
@@ -997,3 +1001,47 @@ def test_tracker_keeps_expected_revisions() -> None:
     assemble(T, _churn_tick({"a": 100.0}).results(), config, tracker)
     assemble(T + 15, {}, config, tracker, expected=[KEY])
     assert tracker.total(KEY, "requests") == 100.0
+
+
+# --- the compact latency query: only buckets between empty and full come back
+
+
+def _full(shares: Mapping[int, float], total: float) -> dict[float, float]:
+    """A whole cumulative histogram on TF Serving's layout: ``shares`` by bucket index."""
+    out, running = {}, 0.0
+    for index, le in enumerate([*TFS_LATENCY_BOUNDS_US, math.inf]):
+        running += shares.get(index, 0.0) * total
+        out[le] = running
+    return out
+
+
+def test_compact_latency_equals_the_full_histogram() -> None:
+    full = _full({12: 0.5, 13: 0.3, 14: 0.2}, 40.0)
+    compact = {le: v for le, v in full.items() if 0 < v < 40.0}
+    assert len(compact) == 2  # what the query returns: buckets 12 and 13
+    whole = assemble(T, Tick().latency("r1", full, busy=1.0).results(), MetricsConfig())
+    short = assemble(
+        T, Tick().latency("r1", compact, busy=1.0, count=40.0).results(), MetricsConfig()
+    )
+    a, b = whole.revision(NS, SVC, "r1"), short.revision(NS, SVC, "r1")
+    assert b.signals.latency_ms == a.signals.latency_ms and a.signals.latency_ms
+    assert b.latency_rates == a.latency_rates
+    assert "latency" not in b.missing
+
+
+def test_every_request_in_one_bucket_is_placed_by_the_mean() -> None:
+    # Nothing lies strictly between empty and full: the mean (busy / count) says where.
+    bounds = TFS_LATENCY_BOUNDS_US
+    mean_us = (bounds[15] + bounds[16]) / 2  # inside bucket 16
+    tick = Tick().latency("r1", {}, busy=20.0 * mean_us, count=20.0)
+    r = assemble(T, tick.results(), MetricsConfig()).revision(NS, SVC, "r1")
+    assert r.latency_rates[16] == pytest.approx(20.0) and sum(r.latency_rates) == 20.0
+    p50 = r.signals.latency(50)
+    assert p50 is not None and bounds[15] / 1000 < p50 <= bounds[16] / 1000
+
+
+def test_no_traffic_in_the_compact_form_is_no_latency_not_nan() -> None:
+    tick = Tick().latency("r1", {}, busy=0.0, count=0.0)
+    r = assemble(T, tick.results(), MetricsConfig()).revision(NS, SVC, "r1")
+    assert r.signals.latency_ms == {} and r.signals.concurrency == 0.0
+    assert "latency" not in r.missing

@@ -91,7 +91,7 @@ def test_parts_of_each_signal() -> None:
         "cpu_requests": ("value",),
         "gpu": ("util", "memory", "sample_time"),
         "requests": ("rate", "sample_time"),
-        "latency": ("rate", "busy", "sample_time"),
+        "latency": ("rate", "count", "busy", "sample_time"),
     }
     with_analysis = {
         q.signal: q.parts for q in build_queries(MetricsConfig(), analysis_services=["a"])
