@@ -107,7 +107,7 @@ def _matcher(label: str, values: Iterable[str]) -> str:
     return f', {label}=~"{"|".join(wanted)}"'
 
 
-def pod_info(config: MetricsConfig, source: SeriesLabels) -> str:
+def pod_info(config: MetricsConfig, source: SeriesLabels, services: Iterable[str] = ()) -> str:
     """One sample per servectl pod with its ``service`` and ``revision`` as labels.
 
     The pod-info series carries the KSM (``cpuLabels``) namespace/pod label names; they are
@@ -116,6 +116,7 @@ def pod_info(config: MetricsConfig, source: SeriesLabels) -> str:
     info = config.pod_info
     ksm = config.cpu_labels
     namespaces = _matcher(ksm.namespace, config.namespaces)
+    namespaces += _matcher(info.service_label, services)
     selector = f'{info.metric}{{{info.service_label}!=""{namespaces}}}'
     expr = (
         f'label_replace(label_replace({selector}, "service", "$1", "{info.service_label}", '
@@ -147,7 +148,8 @@ def _values(
             "pod": source.pod,
             "service": "service",
             "revision": "revision",
-            "pod_info": pod_info(config, source),
+            # The cumulative CPU total feeds only the analysis: the pods of analysed services.
+            "pod_info": pod_info(config, source, analysis_services if part == "total" else ()),
         }
         namespace_label = source.namespace
     else:
@@ -178,13 +180,13 @@ def build_queries(
     """This tick's queries, one per signal.
 
     ``analysis_services``: services whose cumulative per-pod counters the rollout analysis
-    needs; ``None`` or empty leaves the ``total`` parts of requests and latency out (they
+    needs; ``None`` or empty leaves the ``total`` parts of cpu, requests and latency out (they
     are the only parts whose size grows with pods x buckets).
     """
     services = tuple(analysis_services or ())
     queries = []
     for signal, parts in SIGNAL_PARTS.items():
-        skip_totals = signal in ("requests", "latency") and not services
+        skip_totals = signal in ("cpu", "requests", "latency") and not services
         used = tuple(p for p in parts if not (p == "total" and skip_totals))
         rendered = []
         for part in used:

@@ -87,7 +87,7 @@ def test_query_text_does_not_grow_with_services_outside_the_analysis() -> None:
 def test_parts_of_each_signal() -> None:
     without = {q.signal: q.parts for q in build_queries(MetricsConfig())}
     assert without == {
-        "cpu": ("value", "total", "sample_time"),
+        "cpu": ("value", "sample_time"),
         "cpu_requests": ("value",),
         "gpu": ("util", "memory", "sample_time"),
         "requests": ("rate", "sample_time"),
@@ -226,7 +226,11 @@ def test_default_pod_info_join() -> None:
     assert '"revision", "$1", "label_servectl_io_revision", "(.+)"' in info
     assert "exported" not in info
     cpu = build_queries(config)[0]
-    assert cpu.promql.count("* on (namespace, pod) group_left (service, revision) max by") == 3
+    assert cpu.promql.count("* on (namespace, pod) group_left (service, revision) max by") == 2
+    analysed = build_queries(config, analysis_services=["a"])[0]
+    assert analysed.promql.count("* on (namespace, pod) group_left (service, revision) max by") == 3
+    # The CPU total joins only the analysed services' pods.
+    assert 'label_servectl_io_service=~"a"' in analysed.promql
 
 
 def test_gpu_labels_remap_the_pod_info_join() -> None:
