@@ -328,14 +328,14 @@ def _metrics_bench(services: int, repeat: int, as_json: bool) -> None:
         return
     header = [
         "case",
-        "services x revisions",
+        "size",
         "analysed",
-        "queries/snapshot",
+        "queries",
         "median ms",
         "p90 ms",
-        "revisions seen",
+        "revisions",
         "missing",
-        "max rps error",
+        "rps err",
     ]
     body = [
         [
