@@ -23,6 +23,8 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from servectl.api.conditions import render_query
+from servectl.api.models import AnalysisCheck
 from servectl.metrics import names
 from servectl.metrics.assemble import (
     CounterTracker,
@@ -109,12 +111,16 @@ class PrometheusSource:
                 return Problem(
                     signal, Reason.UNREACHABLE, f"{signal}: Prometheus at {self.url}: {text}"
                 )
+            hint = (
+                "check the query in the ModelService's spec.rollout analysis"
+                if signal.startswith("analysis check")
+                else f"check metrics queries.{signal}.* in your config (servectl metrics "
+                "queries prints them)"
+            )
             return Problem(
                 signal,
                 Reason.QUERY_ERROR,
-                f"{signal}: Prometheus rejected the query ({_prom_error(text)}); check "
-                f"metrics queries.{signal}.* in your config (servectl metrics queries prints "
-                "them)",
+                f"{signal}: Prometheus rejected the query ({_prom_error(text)}); {hint}",
             )
         return Problem(signal, Reason.QUERY_ERROR, f"{signal}: {type(exc).__name__}: {exc}")
 
@@ -164,6 +170,68 @@ class PrometheusSource:
             queries=self.queries_sent - before,
             expected=expected,
         )
+
+    # ------------------------------------------------------------------ analysis
+
+    def custom_checks(
+        self,
+        checks: Iterable[AnalysisCheck],
+        *,
+        namespace: str,
+        service: str,
+        revision: str,
+        stable: str | None,
+        at: float | None = None,
+    ) -> tuple[dict[str, tuple[float | None, float | None]], list[Problem]]:
+        """Values of the rollout's custom PromQL checks for ``revision`` and ``stable``.
+
+        Returns the analysis' ``custom`` mapping (metric -> (value, stable value)) and the
+        problems met. A query must give one number per revision: no sample is None (the
+        check is then Inconclusive, "query returned no data"); several samples, NaN, or an
+        error are None too, with a Problem that says which check and why. Two queries per
+        check per tick, for services in an analysis only.
+        """
+        when = self._clock() if at is None else at
+        values: dict[str, tuple[float | None, float | None]] = {}
+        problems: list[Problem] = []
+        for check in checks:
+            if check.query is None:
+                continue
+            pair: list[float | None] = []
+            for rev in (revision, stable):
+                if rev is None:
+                    pair.append(None)
+                    continue
+                promql = render_query(
+                    check.query, {"revision": rev, "service": service, "namespace": namespace}
+                )
+                where = f"analysis check {check.metric} ({rev})"
+                try:
+                    samples = self.query(promql, when)
+                except (
+                    requests.RequestException,
+                    PrometheusApiClientException,
+                    ValueError,
+                    KeyError,
+                    TypeError,
+                ) as exc:
+                    problems.append(self._problem(where, exc))
+                    pair.append(None)
+                    continue
+                if len(samples) > 1:
+                    problems.append(
+                        Problem(
+                            where,
+                            Reason.QUERY_ERROR,
+                            f"{where}: the query returned {len(samples)} series; aggregate it "
+                            "to one number per revision (e.g. sum(...))",
+                        )
+                    )
+                    pair.append(None)
+                    continue
+                pair.append(samples[0].value if samples else None)
+            values[check.metric] = (pair[0], pair[1])
+        return values, problems
 
     # ------------------------------------------------------------------ diagnosis
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from servectl.api.models import AnalysisCheck, Verdict
 from servectl.autoscaling import config as autoscaling_config
 from servectl.autoscaling import registry
 from servectl.autoscaling.decision import Reason as DecisionReason
@@ -27,6 +28,7 @@ from servectl.metrics.assemble import MetricsSnapshot, Reason, condition
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusServer
 from servectl.metrics.source import PrometheusSource
+from servectl.rollout.analysis import Window, judge
 from tests.integration.fixtures import Pod, Scenario
 
 # Scrapes every second; a 10 s rate window holds ~10 samples.
@@ -326,3 +328,57 @@ def test_label_mismatch_names_the_missing_label(
     assert "'revision'" in requests.message and "tfServingLabels" in requests.message
     assert "scrape-config.yaml" in requests.message
     assert not snap.revisions  # nothing is attributed to a guessed revision
+
+
+def test_custom_promql_analysis_checks_read_prometheus(
+    cluster: Scenario, prometheus: PrometheusServer
+) -> None:
+    """A rollout's custom `query` check, evaluated for canary and stable, then judged."""
+    source = PrometheusSource(prometheus.url, CONFIG)
+    first = _steady(source, analysis_services=["svc"])
+    time.sleep(3)
+    second = source.snapshot(analysis_services=["svc"])
+    failures = AnalysisCheck.model_validate(
+        {
+            "metric": "failureShare",
+            "query": (
+                'sum(rate(:tensorflow:serving:request_count{revision="{{revision}}",'
+                'status!="OK"}[10s]) or vector(0)) / sum(rate(:tensorflow:serving:'
+                'request_count{revision="{{revision}}"}[10s]))'
+            ),
+            "max": 0.05,
+        }
+    )
+    broken = AnalysisCheck.model_validate(
+        {"metric": "broken", "query": 'sum(rate(x{revision="{{revision}}"}[10s])', "max": 1}
+    )
+    several = AnalysisCheck.model_validate(
+        {"metric": "several", "query": 'up{revision="{{revision}}"} or up', "max": 1}
+    )
+    values, problems = source.custom_checks(
+        [failures, broken, several], namespace="default", service="svc", revision="v2", stable="v1"
+    )
+    value, stable = values["failureShare"]
+    assert value == pytest.approx(0.1, abs=0.02) and stable == pytest.approx(0.0, abs=1e-9)
+    assert values["broken"] == (None, None) and values["several"][0] is None
+    by_check = {p.signal.split(" (")[0]: p for p in problems}
+    assert by_check["analysis check broken"].reason == Reason.QUERY_ERROR
+    assert "spec.rollout" in by_check["analysis check broken"].message
+    assert "one number per revision" in by_check["analysis check several"].message
+
+    def window(rev: str) -> Window:
+        start = first.revision("default", "svc", rev).counters
+        end = second.revision("default", "svc", rev).counters
+        assert start is not None and end is not None
+        return Window.between(start, end)
+
+    result = judge(
+        [failures],
+        window("v2"),
+        window("v1"),
+        min_samples=10,
+        bounds_us=second.latency_bounds_us,
+        custom=values,
+    )
+    assert result.verdict is Verdict.FAILED, result.message
+    assert "failureShare" in result.message
