@@ -16,6 +16,7 @@ from rich.table import Table
 from servectl import __version__
 from servectl.cli.exporter_cmd import exporter_app
 from servectl.cli.metrics_cmd import metrics_app
+from servectl.cli.model_cmd import model_app
 from servectl.cli.rollout_cmd import rollout_app
 
 app = typer.Typer(
@@ -40,6 +41,7 @@ app.add_typer(crds_app, name="crds")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(exporter_app, name="exporter")
 app.add_typer(metrics_app, name="metrics")
+app.add_typer(model_app, name="model")
 
 out = Console()
 err = Console(stderr=True)
@@ -677,6 +679,21 @@ def crds_generate(
 
     for path in specfile.write_crds(out_dir):
         out.print(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------- model server
+
+
+@app.command(
+    "model-server",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def model_server(ctx: typer.Context) -> None:
+    """A TF-Serving-compatible model server (TF Serving's flags; see docs/modelserver.md)."""
+    from servectl.modelserver.server import main as server_main  # TensorFlow loads on use
+
+    raise typer.Exit(server_main(list(ctx.args)))
 
 
 def main() -> None:

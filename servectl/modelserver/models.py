@@ -1,0 +1,465 @@
+"""Model loading and serving: one :class:`ModelManager` that every front end calls.
+
+The manager knows models by name, their loaded versions (chosen by a version
+policy) and version labels. It speaks tensors (numpy arrays), not JSON or protos:
+the REST front end (``rest.py``) and, next, the gRPC one convert their wire
+formats to and from arrays and call :meth:`ModelManager.predict`,
+:meth:`ModelManager.classify` and :meth:`ModelManager.regress`.
+
+Errors are :class:`~servectl.modelserver.errors.ServingError` with TF Serving's
+codes and messages, so both front ends report them the way TF Serving does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servectl.modelserver.errors import (
+    ServingError,
+    failed_precondition,
+    invalid_argument,
+    not_found,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIGNATURE = "serving_default"
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+SERVE_TAG = "serve"
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions under a base path are served: TF Serving's ServableVersionPolicy."""
+
+    kind: str = "latest"  # "latest" | "all" | "specific"
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+
+    def choose(self, available: Sequence[int]) -> list[int]:
+        ordered = sorted(set(available))
+        if self.kind == "all":
+            return ordered
+        if self.kind == "specific":
+            return [v for v in ordered if v in self.versions]
+        if self.kind == "latest":
+            return ordered[-max(self.num_versions, 1) :] if ordered else []
+        raise ValueError(f"unknown version policy {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model: its name, base path (numbered version dirs), policy and labels."""
+
+    name: str
+    base_path: str
+    policy: VersionPolicy = field(default_factory=VersionPolicy)
+    labels: Mapping[str, int] = field(default_factory=dict)
+
+
+def parse_model_config_text(text: str) -> list[ModelConfig]:
+    """Parse a text-proto ModelServerConfig (``--model_config_file``)."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise invalid_argument(f"Invalid ModelServerConfig text proto: {exc}") from exc
+    if config.WhichOneof("config") == "custom_model_config":
+        raise invalid_argument("custom_model_config is not supported; use model_config_list")
+    out: list[ModelConfig] = []
+    for m in config.model_config_list.config:
+        if m.model_platform not in ("", "tensorflow"):
+            raise invalid_argument(
+                f"Model {m.name}: unsupported model_platform {m.model_platform!r}"
+            )
+        which = m.model_version_policy.WhichOneof("policy_choice")
+        if which == "all":
+            policy = VersionPolicy("all")
+        elif which == "specific":
+            policy = VersionPolicy(
+                "specific", versions=tuple(m.model_version_policy.specific.versions)
+            )
+        elif which == "latest":
+            policy = VersionPolicy(
+                "latest", num_versions=m.model_version_policy.latest.num_versions
+            )
+        else:
+            policy = VersionPolicy()
+        out.append(
+            ModelConfig(
+                name=m.name,
+                base_path=m.base_path,
+                policy=policy,
+                labels=dict(m.version_labels),
+            )
+        )
+    names = [c.name for c in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise invalid_argument(f"Illegal to list model {dupes[0]} multiple times in config list")
+    return out
+
+
+def parse_model_config_file(path: str | os.PathLike[str]) -> list[ModelConfig]:
+    return parse_model_config_text(Path(path).read_text())
+
+
+def list_versions(base_path: str | os.PathLike[str]) -> list[int]:
+    """Numbered subdirectories of ``base_path`` that hold a SavedModel."""
+    base = Path(base_path)
+    if not base.is_dir():
+        return []
+    found = []
+    for child in base.iterdir():
+        if child.is_dir() and child.name.isdigit() and (child / "saved_model.pb").exists():
+            found.append(int(child.name))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- servables
+
+
+@dataclass(frozen=True)
+class TensorSpecInfo:
+    """One signature input or output: its key, dtype and (partially known) shape."""
+
+    key: str
+    dtype: Any  # tf.DType
+    shape: tuple[int | None, ...] | None  # None: unknown rank
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype.name)
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    method_name: str
+    inputs: Mapping[str, TensorSpecInfo]
+    outputs: Mapping[str, TensorSpecInfo]
+    function: Any  # a tf ConcreteFunction
+
+
+@dataclass
+class Servable:
+    """One loaded version of one model."""
+
+    name: str
+    version: int
+    path: str
+    signatures: dict[str, Signature]
+    signature_def_map: Any  # tensorflow_serving.apis.get_model_metadata_pb2.SignatureDefMap
+    loaded: Any  # keeps the tf object (and its variables) alive
+
+    def signature(self, name: str) -> Signature:
+        key = name or DEFAULT_SIGNATURE
+        sig = self.signatures.get(key)
+        if sig is None:
+            raise invalid_argument(f'Serving signature name: "{key}" not found in signature def')
+        return sig
+
+
+def _shape_of(tensor_shape: Any) -> tuple[int | None, ...] | None:
+    if tensor_shape.rank is None:
+        return None
+    return tuple(None if d is None else int(d) for d in tensor_shape.as_list())
+
+
+def _read_meta_graph(path: Path) -> Any:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    for mg in saved.meta_graphs:
+        if SERVE_TAG in mg.meta_info_def.tags:
+            return mg
+    raise failed_precondition(f"SavedModel at {path} has no MetaGraphDef with tag {SERVE_TAG!r}")
+
+
+def load_servable(name: str, version: int, path: str | os.PathLike[str]) -> Servable:
+    """Load one SavedModel version with TensorFlow (``tags=["serve"]``)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import get_model_metadata_pb2
+
+    p = Path(path)
+    meta_graph = _read_meta_graph(p)
+    loaded = tf.saved_model.load(str(p), tags=[SERVE_TAG])
+    sig_map = get_model_metadata_pb2.SignatureDefMap()
+    signatures: dict[str, Signature] = {}
+    for sig_name, fn in loaded.signatures.items():
+        sig_def = meta_graph.signature_def.get(sig_name)
+        method = sig_def.method_name if sig_def is not None else PREDICT_METHOD
+        if sig_def is not None:
+            sig_map.signature_def[sig_name].CopyFrom(sig_def)
+        _, kw_specs = fn.structured_input_signature
+        inputs = {
+            k: TensorSpecInfo(k, spec.dtype, _shape_of(spec.shape)) for k, spec in kw_specs.items()
+        }
+        outputs = {
+            k: TensorSpecInfo(k, spec.dtype, _shape_of(spec.shape))
+            for k, spec in fn.structured_outputs.items()
+        }
+        signatures[sig_name] = Signature(sig_name, method or PREDICT_METHOD, inputs, outputs, fn)
+    return Servable(name, version, str(p), signatures, sig_map, loaded)
+
+
+# --------------------------------------------------------------------------- manager
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a request names: a model, optionally a version or a label, and a signature."""
+
+    name: str
+    version: int | None = None
+    label: str | None = None
+    signature_name: str = ""
+
+    def describe(self) -> str:
+        if self.version is not None:
+            return f"Specific({self.name}, {self.version})"
+        return f"Latest({self.name})"
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    version: int
+    state: str  # TF Serving ModelVersionStatus.State name: AVAILABLE, LOADING, END, ...
+    error_code: str = "OK"
+    error_message: str = ""
+
+
+@dataclass
+class _Model:
+    config: ModelConfig
+    servables: dict[int, Servable]
+    labels: dict[str, int]
+
+
+class ModelManager:
+    """Loaded models by name, with TF Serving's lookup rules and error messages.
+
+    Thread-safe: lookups take a lock only to read the current version map, and
+    model calls run outside it, so a later reload can swap maps under traffic.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._models: dict[str, _Model] = {}
+
+    # ----------------------------------------------------------------- loading
+
+    def load(self, configs: Sequence[ModelConfig]) -> None:
+        """Load every model's chosen versions; raises on any failure (nothing half-loaded)."""
+        loaded: dict[str, _Model] = {}
+        for cfg in configs:
+            available = list_versions(cfg.base_path)
+            chosen = cfg.policy.choose(available)
+            if not chosen:
+                raise not_found(
+                    f"No versions of servable {cfg.name} found under base path "
+                    f"{cfg.base_path}. Did you forget to name your leaf directory as a number "
+                    "(eg. '/1/')?"
+                )
+            if cfg.policy.kind == "specific":
+                missing = sorted(set(cfg.policy.versions) - set(chosen))
+                if missing:
+                    log.warning(
+                        "Model %s: versions %s requested by the policy are not under %s",
+                        cfg.name,
+                        missing,
+                        cfg.base_path,
+                    )
+            servables: dict[int, Servable] = {}
+            for version in chosen:
+                path = os.path.join(cfg.base_path, str(version))
+                log.info("Loading servable: {name: %s version: %d}", cfg.name, version)
+                servables[version] = load_servable(cfg.name, version, path)
+                log.info(
+                    "Successfully loaded servable version {name: %s version: %d}",
+                    cfg.name,
+                    version,
+                )
+            for version in cfg.labels.values():
+                if version not in servables:
+                    raise failed_precondition(
+                        f"Request to assign label to version {version} of model {cfg.name}, "
+                        "which is not currently available for inference"
+                    )
+            loaded[cfg.name] = _Model(cfg, servables, dict(cfg.labels))
+        with self._lock:
+            self._models = loaded
+
+    def model_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._models)
+
+    # ----------------------------------------------------------------- lookup
+
+    def _model(self, name: str) -> _Model | None:
+        with self._lock:
+            return self._models.get(name)
+
+    def resolve(self, spec: ModelSpec) -> Servable:
+        """The servable a request names, or TF Serving's NOT_FOUND / INVALID_ARGUMENT."""
+        model = self._model(spec.name)
+        version = spec.version
+        if spec.label is not None:
+            if model is None or spec.label not in model.labels:
+                raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
+            version = model.labels[spec.label]
+        if model is None or not model.servables:
+            raise not_found(f"Servable not found for request: {spec.describe()}")
+        if version is None:
+            return model.servables[max(model.servables)]
+        servable = model.servables.get(version)
+        if servable is None:
+            shown = ModelSpec(spec.name, version)
+            raise not_found(f"Servable not found for request: {shown.describe()}")
+        return servable
+
+    def status(self, spec: ModelSpec) -> list[VersionStatus]:
+        """GetModelStatus: every loaded version, or the one named by version/label."""
+        if not spec.name:
+            raise invalid_argument("Missing model name in request.")
+        model = self._model(spec.name)
+        version = spec.version
+        if spec.label is not None:
+            if model is None or spec.label not in model.labels:
+                raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
+            version = model.labels[spec.label]
+        if version is not None:
+            if model is None or version not in model.servables:
+                raise not_found(f"Could not find version {version} of model {spec.name}")
+            return [VersionStatus(version, "AVAILABLE")]
+        if model is None or not model.servables:
+            raise not_found(f"Could not find any versions of model {spec.name}")
+        return [VersionStatus(v, "AVAILABLE") for v in sorted(model.servables, reverse=True)]
+
+    # ----------------------------------------------------------------- inference
+
+    def predict(
+        self, spec: ModelSpec, inputs: Mapping[str, np.ndarray[Any, Any]]
+    ) -> tuple[Servable, dict[str, np.ndarray[Any, Any]]]:
+        """Run a signature on named input arrays; returns the servable used and the outputs."""
+        servable = self.resolve(spec)
+        sig = servable.signature(spec.signature_name)
+        return servable, run_signature(sig, inputs)
+
+    def classify(
+        self, spec: ModelSpec, examples: Sequence[bytes]
+    ) -> tuple[Servable, np.ndarray[Any, Any] | None, np.ndarray[Any, Any] | None]:
+        """Classify serialized tf.Examples: (servable, classes [N,K] or None, scores or None)."""
+        servable = self.resolve(spec)
+        sig = servable.signature(spec.signature_name)
+        if sig.method_name != CLASSIFY_METHOD:
+            raise invalid_argument(
+                f"Expected classification signature method_name to be {CLASSIFY_METHOD}. "
+                f"Was: {sig.method_name}"
+            )
+        if "classes" not in sig.outputs and "scores" not in sig.outputs:
+            raise invalid_argument(
+                "Expected classification signature outputs to contain classes or scores."
+            )
+        out = run_signature(sig, {_single_input(sig): _examples_tensor(examples)})
+        classes = out.get("classes")
+        scores = out.get("scores")
+        return servable, classes, scores
+
+    def regress(
+        self, spec: ModelSpec, examples: Sequence[bytes]
+    ) -> tuple[Servable, np.ndarray[Any, Any]]:
+        """Regress serialized tf.Examples: (servable, one value per example)."""
+        servable = self.resolve(spec)
+        sig = servable.signature(spec.signature_name)
+        if sig.method_name != REGRESS_METHOD:
+            raise invalid_argument(
+                f"Expected regression signature method_name to be {REGRESS_METHOD}. "
+                f"Was: {sig.method_name}"
+            )
+        if "outputs" not in sig.outputs:
+            raise invalid_argument("No output tensor named outputs in regression signature.")
+        out = run_signature(sig, {_single_input(sig): _examples_tensor(examples)})
+        values = np.asarray(out["outputs"])
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values.reshape(-1)
+        if values.ndim != 1 or values.shape[0] != len(examples):
+            raise invalid_argument(
+                f"Expected output Tensor shape to be [{len(examples)}] or "
+                f"[{len(examples)}, 1] but got {list(np.asarray(out['outputs']).shape)}"
+            )
+        return servable, values
+
+
+def _single_input(sig: Signature) -> str:
+    if len(sig.inputs) != 1:
+        raise invalid_argument("Expected one input Tensor.")
+    (key,) = sig.inputs
+    return key
+
+
+def _examples_tensor(examples: Sequence[bytes]) -> np.ndarray[Any, Any]:
+    if not examples:
+        raise invalid_argument("Input is empty.")
+    return np.array(list(examples), dtype=object)
+
+
+def run_signature(
+    sig: Signature, inputs: Mapping[str, np.ndarray[Any, Any]]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Check inputs against the signature, call it, and return outputs as numpy arrays."""
+    import tensorflow as tf
+
+    missing = sorted(set(sig.inputs) - set(inputs))
+    if missing:
+        raise invalid_argument(
+            f"Request inputs do not match required inputs for signature: {sig.name}. "
+            f"Missing: {missing}"
+        )
+    extra = sorted(set(inputs) - set(sig.inputs))
+    if extra:
+        raise invalid_argument(
+            f"Request inputs do not match required inputs for signature: {sig.name}. "
+            f"Unexpected: {extra}"
+        )
+    tensors: dict[str, Any] = {}
+    for key, spec in sig.inputs.items():
+        arr = inputs[key]
+        if spec.shape is not None:
+            ok = len(spec.shape) == arr.ndim and all(
+                d is None or d == n for d, n in zip(spec.shape, arr.shape, strict=True)
+            )
+            if not ok:
+                want = [-1 if d is None else d for d in spec.shape]
+                raise invalid_argument(
+                    f"Input {key}: shape {list(arr.shape)} is not compatible with the "
+                    f"signature's shape {want}"
+                )
+        try:
+            tensors[key] = tf.convert_to_tensor(arr, dtype=spec.dtype)
+        except (TypeError, ValueError) as exc:
+            raise invalid_argument(f"Input {key}: {exc}") from exc
+    try:
+        result = sig.function(**tensors)
+    except tf.errors.InvalidArgumentError as exc:
+        raise invalid_argument(exc.message) from exc
+    except tf.errors.OpError as exc:
+        raise ServingError("INTERNAL", exc.message) from exc
+    return {k: np.asarray(v.numpy()) for k, v in result.items()}

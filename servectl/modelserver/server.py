@@ -1,0 +1,194 @@
+"""``servectl-model-server``: TF Serving's flags and start-up, serving REST with TensorFlow.
+
+Run it like ``tensorflow_model_server``::
+
+    servectl-model-server --rest_api_port=8501 --model_name=half_plus_two \\
+        --model_base_path=/models/half_plus_two
+
+Flags use TF Serving's names. Wired now: model selection, version policy and
+labels, REST, thread pools. Accepted and stored for the next pieces (gRPC,
+batching, monitoring, polling): ``--port``, ``--enable_batching``,
+``--batching_parameters_file``, ``--monitoring_config_file``,
+``--file_system_poll_wait_seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from servectl.modelserver.errors import ServingError
+
+log = logging.getLogger("servectl.modelserver")
+
+_USAGE = "servectl-model-server --model_name=NAME --model_base_path=PATH [--rest_api_port=8501]"
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+@dataclass(frozen=True)
+class Flags:
+    port: int
+    rest_api_port: int
+    rest_api_bind_address: str
+    rest_api_timeout_in_ms: int
+    model_name: str
+    model_base_path: str
+    model_config_file: str
+    tensorflow_intra_op_parallelism: int
+    tensorflow_inter_op_parallelism: int
+    file_system_poll_wait_seconds: int
+    enable_batching: bool
+    batching_parameters_file: str
+    monitoring_config_file: str
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="servectl-model-server",
+        usage=_USAGE,
+        description="A TF-Serving-compatible model server (REST API) running SavedModels.",
+        allow_abbrev=False,
+    )
+    add = p.add_argument
+    add("--port", type=int, default=8500, help="gRPC port (accepted; gRPC is not served yet)")
+    add("--rest_api_port", type=int, default=0, help="REST port; 0 (default) serves no REST")
+    add(
+        "--rest_api_bind_address",
+        default="0.0.0.0",
+        help="address the REST server binds (servectl extension; TF Serving binds 0.0.0.0)",
+    )
+    add("--rest_api_timeout_in_ms", type=int, default=30000, help="socket timeout per request")
+    add("--model_name", default="default", help="name of the model (with --model_base_path)")
+    add("--model_base_path", default="", help="directory holding numbered version dirs")
+    add("--model_config_file", default="", help="text-proto ModelServerConfig")
+    add("--tensorflow_intra_op_parallelism", type=int, default=0, help="0: TensorFlow picks")
+    add("--tensorflow_inter_op_parallelism", type=int, default=0, help="0: TensorFlow picks")
+    add("--file_system_poll_wait_seconds", type=int, default=1, help="stored; polling is next")
+    add("--enable_batching", type=_bool, nargs="?", const=True, default=False, help="stored")
+    add("--batching_parameters_file", default="", help="stored; batching is next")
+    add("--monitoring_config_file", default="", help="stored; monitoring is next")
+    return p
+
+
+class FlagError(Exception):
+    pass
+
+
+def parse_flags(argv: Sequence[str]) -> Flags:
+    """Parse TF Serving style flags; unknown ones raise :class:`FlagError` naming the flag."""
+    parser = _parser()
+    known, unknown = parser.parse_known_args(list(argv))
+    if unknown:
+        raise FlagError(f"unknown argument: {unknown[0]}")
+    if not known.model_base_path and not known.model_config_file:
+        raise FlagError("one of --model_base_path or --model_config_file is required")
+    if known.model_base_path and known.model_config_file:
+        raise FlagError("give --model_base_path or --model_config_file, not both")
+    return Flags(**vars(known))
+
+
+def _apply_threading(flags: Flags) -> None:
+    import tensorflow as tf
+
+    try:
+        if flags.tensorflow_intra_op_parallelism > 0:
+            tf.config.threading.set_intra_op_parallelism_threads(
+                flags.tensorflow_intra_op_parallelism
+            )
+        if flags.tensorflow_inter_op_parallelism > 0:
+            tf.config.threading.set_inter_op_parallelism_threads(
+                flags.tensorflow_inter_op_parallelism
+            )
+    except RuntimeError as exc:  # TensorFlow already initialised (in-process use)
+        log.warning("Could not apply TensorFlow thread pool sizes: %s", exc)
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s.%(msecs)03d: %(levelname).1s %(name)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def run(flags: Flags, stop: threading.Event) -> int:
+    """Load models, serve until ``stop`` is set, then drain in-flight requests."""
+    from servectl.modelserver.models import ModelConfig, ModelManager, parse_model_config_file
+    from servectl.modelserver.rest import serve_rest
+
+    _apply_threading(flags)
+    if flags.model_config_file:
+        configs = parse_model_config_file(flags.model_config_file)
+    else:
+        configs = [ModelConfig(flags.model_name, flags.model_base_path)]
+    manager = ModelManager()
+    manager.load(configs)
+    for name in ("enable_batching", "monitoring_config_file", "batching_parameters_file"):
+        if getattr(flags, name):
+            log.warning("--%s is accepted but not applied yet by servectl-model-server", name)
+    log.warning(
+        "gRPC (--port=%d) is not served yet by servectl-model-server; REST only", flags.port
+    )
+    server = None
+    if flags.rest_api_port > 0:
+        timeout = flags.rest_api_timeout_in_ms / 1000 if flags.rest_api_timeout_in_ms > 0 else None
+        server = serve_rest(
+            manager, flags.rest_api_bind_address, flags.rest_api_port, request_timeout_s=timeout
+        )
+        log.info("Exporting HTTP/REST API at:localhost:%d ...", server.port)
+    else:
+        log.warning("--rest_api_port=0: REST API is not served")
+    stop.wait()
+    log.info("Shutting down: finishing requests in flight")
+    if server is not None:
+        server.stop()
+    log.info("Server stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if any(a in ("-h", "--help", "--helpfull") for a in args):
+        _parser().print_help()
+        return 0
+    try:
+        flags = parse_flags(args)
+    except FlagError as exc:
+        print(f"{exc}\nusage: {_USAGE}", file=sys.stderr)
+        return 2
+    _configure_logging()
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("Received signal %d", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return run(flags, stop)
+    except ServingError as exc:
+        log.error("%s", exc.message)
+        return 1
+    except OSError as exc:
+        log.error("%s", exc)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
