@@ -246,11 +246,51 @@ class VersionStatus:
     error_message: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Model:
+    """One model's serving state; replaced whole (never mutated) so readers need no lock.
+
+    ``states`` holds the versions that are not AVAILABLE but known: LOADING, or END
+    (unloaded, or failed to load with the error in the status), as TF Serving reports them.
+    """
+
     config: ModelConfig
-    servables: dict[int, Servable]
-    labels: dict[str, int]
+    servables: Mapping[int, Servable]
+    labels: Mapping[str, int]
+    states: Mapping[int, VersionStatus] = field(default_factory=dict)
+
+
+# Canonical code names by number (absl / gRPC), for load errors raised by TensorFlow.
+_CODE_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+
+def _load_error_status(version: int, exc: BaseException) -> VersionStatus:
+    if isinstance(exc, ServingError):
+        code, message = exc.code, exc.message
+    else:
+        number = getattr(exc, "error_code", None)
+        ok = isinstance(number, int) and 0 < number < len(_CODE_NAMES)
+        code = _CODE_NAMES[number] if ok else "UNKNOWN"  # type: ignore[index]
+        message = str(getattr(exc, "message", "") or exc)
+    return VersionStatus(version, "END", code, message)
 
 
 class ModelManager:
@@ -307,6 +347,88 @@ class ModelManager:
         with self._lock:
             self._models = loaded
 
+    def refresh(self) -> None:
+        """Re-read every model's base path and move to the versions its policy wants.
+
+        New versions load outside the lock (their state is LOADING meanwhile) while the
+        current ones keep serving. A version is swapped in only once loaded; versions the
+        policy no longer wants are then unloaded (state END), but only when at least one
+        wanted version is AVAILABLE, so a failed load (state END with the error) never
+        leaves the model without a version. A version directory without
+        ``saved_model.pb`` yet is not a version: the next refresh looks again. A version
+        that failed is not retried while its directory stays; remove the directory (one
+        refresh) and write it again to retry.
+        """
+        for name in self.model_names():
+            model = self._model(name)
+            if model is not None:
+                self._refresh_model(model)
+
+    def _refresh_model(self, model: _Model) -> None:
+        cfg = model.config
+        on_disk = list_versions(cfg.base_path)
+        # A failed version is retried once its directory is gone (its error is then
+        # forgotten) and comes back.
+        errored = {v for v, s in model.states.items() if s.error_code != "OK"}
+        if errored - set(on_disk):
+            self._update(cfg.name, forget=errored - set(on_disk))
+        failed = errored & set(on_disk)
+        wanted = set(cfg.policy.choose([v for v in on_disk if v not in failed]))
+        to_load = sorted(wanted - set(model.servables))
+        if not to_load and set(model.servables) <= wanted:
+            return
+        if not wanted and model.servables:
+            return  # nothing loadable on disk: keep serving what is loaded
+        self._update(cfg.name, states={v: VersionStatus(v, "LOADING") for v in to_load})
+        loaded: dict[int, Servable] = {}
+        errors: dict[int, VersionStatus] = {}
+        for version in to_load:
+            path = os.path.join(cfg.base_path, str(version))
+            log.info("Loading servable: {name: %s version: %d}", cfg.name, version)
+            try:
+                loaded[version] = load_servable(cfg.name, version, path)
+            except Exception as exc:
+                errors[version] = _load_error_status(version, exc)
+                log.error(
+                    "Loading servable: {name: %s version: %d} failed: %s",
+                    cfg.name,
+                    version,
+                    errors[version].error_message,
+                )
+                continue
+            log.info(
+                "Successfully loaded servable version {name: %s version: %d}", cfg.name, version
+            )
+        if errors:  # the policy's choice among the versions that can serve
+            failed |= set(errors)
+            wanted = set(cfg.policy.choose([v for v in on_disk if v not in failed]))
+        self._update(cfg.name, add=loaded, states=errors, wanted=wanted)
+
+    def _update(
+        self,
+        name: str,
+        *,
+        add: Mapping[int, Servable] | None = None,
+        states: Mapping[int, VersionStatus] | None = None,
+        wanted: set[int] | None = None,
+        forget: set[int] | None = None,
+    ) -> None:
+        """Swap in a new _Model for ``name``: new servables, state changes, unloads."""
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                return
+            servables = {**model.servables, **(add or {})}
+            new_states = {**model.states, **(states or {})}
+            for version in {*(add or {}), *(forget or set())}:
+                new_states.pop(version, None)
+            if wanted is not None and wanted & set(servables):
+                for version in sorted(set(servables) - wanted):
+                    log.info("Unloading servable version {name: %s version: %d}", name, version)
+                    del servables[version]
+                    new_states[version] = VersionStatus(version, "END")
+            self._models[name] = _Model(model.config, servables, model.labels, new_states)
+
     def model_names(self) -> list[str]:
         with self._lock:
             return sorted(self._models)
@@ -345,13 +467,18 @@ class ModelManager:
             if model is None or spec.label not in model.labels:
                 raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
             version = model.labels[spec.label]
-        if version is not None:
-            if model is None or version not in model.servables:
+        if model is None:
+            if version is not None:
                 raise not_found(f"Could not find version {version} of model {spec.name}")
-            return [VersionStatus(version, "AVAILABLE")]
-        if model is None or not model.servables:
             raise not_found(f"Could not find any versions of model {spec.name}")
-        return [VersionStatus(v, "AVAILABLE") for v in sorted(model.servables, reverse=True)]
+        known = {**model.states, **{v: VersionStatus(v, "AVAILABLE") for v in model.servables}}
+        if version is not None:
+            if version not in known:
+                raise not_found(f"Could not find version {version} of model {spec.name}")
+            return [known[version]]
+        if not known:
+            raise not_found(f"Could not find any versions of model {spec.name}")
+        return [known[v] for v in sorted(known, reverse=True)]
 
     # ----------------------------------------------------------------- inference
 

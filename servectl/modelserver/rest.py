@@ -19,6 +19,7 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +29,13 @@ import numpy as np
 
 from servectl.modelserver.errors import ServingError, invalid_argument
 from servectl.modelserver.models import ModelManager, ModelSpec, Servable, TensorSpecInfo
+from servectl.modelserver.monitoring import (
+    API_GET_MODEL_METADATA,
+    API_GET_MODEL_STATUS,
+    CONTENT_TYPE,
+    ENTRYPOINT_REST,
+    ServingMetrics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,18 +317,34 @@ def _version(text: str | None) -> int | None:
 class RestApi:
     """Request routing and JSON handling; independent of the HTTP server class."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, metrics: ServingMetrics | None = None) -> None:
         self.manager = manager
+        self.metrics = metrics
 
     def handle(self, method: str, path: str, raw_body: bytes) -> tuple[int, Any]:
-        """One request: (HTTP status, JSON-able body). Never raises for a bad request."""
+        """One request: (HTTP status, JSON-able body). Never raises for a bad request.
+
+        With ``metrics``, every request that names a model is recorded (status code name
+        and latency in µs, entrypoint ``REST``).
+        """
+        start = time.perf_counter_ns()
+        path = path.split("?", 1)[0]
+        code = "OK"
         try:
-            return 200, self._dispatch(method, path.split("?", 1)[0], raw_body)
+            result: tuple[int, Any] = (200, self._dispatch(method, path, raw_body))
         except ServingError as exc:
-            return exc.http_status, {"error": exc.message}
+            code = exc.code
+            result = (exc.http_status, {"error": exc.message})
         except Exception as exc:  # a bug or a TF failure: report it, keep serving
             log.exception("Internal error on %s %s", method, path)
-            return 500, {"error": f"Internal: {exc}"}
+            code = "INTERNAL"
+            result = (500, {"error": f"Internal: {exc}"})
+        if self.metrics is not None:
+            route = _metrics_route(method, path)
+            if route is not None:
+                latency_us = (time.perf_counter_ns() - start) / 1000
+                self.metrics.record(route[0], route[1], ENTRYPOINT_REST, code, latency_us)
+        return result
 
     def _dispatch(self, method: str, path: str, raw_body: bytes) -> Any:
         if method == "POST" and (m := _PREDICT_RE.fullmatch(path)):
@@ -417,6 +441,15 @@ class RestApi:
         return {"results": [_scalar_to_json(v, "outputs") for v in values]}
 
 
+def _metrics_route(method: str, path: str) -> tuple[str, str] | None:
+    """(model name, API label) of a routable request that names a model, else None."""
+    if method == "POST" and (m := _PREDICT_RE.fullmatch(path)):
+        return m.group(1), m.group(4).lower()
+    if method == "GET" and (m := _STATUS_RE.fullmatch(path)) and m.group(1):
+        return m.group(1), API_GET_MODEL_METADATA if m.group(4) else API_GET_MODEL_STATUS
+    return None
+
+
 def _as_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
     if arr.ndim == 1:
         arr = arr.reshape(-1, 1)
@@ -477,11 +510,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str, body: bytes) -> None:
         path = self.path
+        metrics_path = self.server.metrics_path
+        if metrics_path is not None and path.split("?", 1)[0] == metrics_path:
+            self._send_metrics(method)
+            return
         if not re.match(r"(?i)/v1/", path):
             self._send(404, {"error": f"Not found: {method} {path}"})
             return
         status, payload = self.server.api.handle(method, path, body)
         self._send(status, payload)
+
+    def _send_metrics(self, method: str) -> None:
+        if method != "GET" or self.server.api.metrics is None:
+            self._send(405, {"error": f"Method not allowed: {method} {self.path}"})
+            return
+        data = self.server.api.metrics.exposition().encode("utf-8")
+        self.send_response(200, HTTPStatus.OK.phrase)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _send(self, status: int, payload: Any) -> None:
         data = json.dumps(payload, separators=(",", ":")).encode("utf-8")
@@ -510,8 +558,13 @@ class RestServer(ThreadingHTTPServer):
         *,
         request_timeout_s: float | None = 30.0,
         max_body_bytes: int = MAX_BODY_BYTES,
+        metrics: ServingMetrics | None = None,
+        metrics_path: str | None = None,
     ) -> None:
-        self.api = RestApi(manager)
+        """``metrics`` records every request; ``metrics_path`` (with ``metrics``) serves
+        the Prometheus page at that path, as TF Serving's ``prometheus_config`` does."""
+        self.api = RestApi(manager, metrics)
+        self.metrics_path = metrics_path if metrics is not None else None
         self.request_timeout_s = request_timeout_s
         self.max_body_bytes = max_body_bytes
         super().__init__((host, port), _Handler)

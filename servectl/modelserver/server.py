@@ -6,8 +6,8 @@ Run it like ``tensorflow_model_server``::
         --model_base_path=/models/half_plus_two
 
 Flags use TF Serving's names. Wired now: model selection, version policy and
-labels, REST, thread pools. Accepted and stored for the next pieces (gRPC,
-batching, monitoring, polling): ``--port``, ``--enable_batching``,
+labels, gRPC (``--port``), REST, thread pools. Accepted and stored for the next
+pieces (batching, monitoring, polling): ``--enable_batching``,
 ``--batching_parameters_file``, ``--monitoring_config_file``,
 ``--file_system_poll_wait_seconds``.
 """
@@ -26,6 +26,9 @@ from types import FrameType
 from servectl.modelserver.errors import ServingError
 
 log = logging.getLogger("servectl.modelserver")
+
+# Seconds RPCs in flight get to finish on SIGTERM before gRPC cancels them.
+GRPC_GRACE_S = 30.0
 
 _USAGE = "servectl-model-server --model_name=NAME --model_base_path=PATH [--rest_api_port=8501]"
 
@@ -64,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     add = p.add_argument
-    add("--port", type=int, default=8500, help="gRPC port (accepted; gRPC is not served yet)")
+    add("--port", type=int, default=8500, help="gRPC port; 0 serves no gRPC")
     add("--rest_api_port", type=int, default=0, help="REST port; 0 (default) serves no REST")
     add(
         "--rest_api_bind_address",
@@ -77,10 +80,15 @@ def _parser() -> argparse.ArgumentParser:
     add("--model_config_file", default="", help="text-proto ModelServerConfig")
     add("--tensorflow_intra_op_parallelism", type=int, default=0, help="0: TensorFlow picks")
     add("--tensorflow_inter_op_parallelism", type=int, default=0, help="0: TensorFlow picks")
-    add("--file_system_poll_wait_seconds", type=int, default=1, help="stored; polling is next")
+    add(
+        "--file_system_poll_wait_seconds",
+        type=int,
+        default=1,
+        help="seconds between looks for new versions; 0: no polling after start-up",
+    )
     add("--enable_batching", type=_bool, nargs="?", const=True, default=False, help="stored")
     add("--batching_parameters_file", default="", help="stored; batching is next")
-    add("--monitoring_config_file", default="", help="stored; monitoring is next")
+    add("--monitoring_config_file", default="", help="text-proto MonitoringConfig (Prometheus)")
     return p
 
 
@@ -128,7 +136,10 @@ def _configure_logging() -> None:
 
 def run(flags: Flags, stop: threading.Event) -> int:
     """Load models, serve until ``stop`` is set, then drain in-flight requests."""
+    from servectl.modelserver.grpc_api import serve_grpc
     from servectl.modelserver.models import ModelConfig, ModelManager, parse_model_config_file
+    from servectl.modelserver.monitoring import metrics_for_flags
+    from servectl.modelserver.poller import start_poller
     from servectl.modelserver.rest import serve_rest
 
     _apply_threading(flags)
@@ -137,26 +148,46 @@ def run(flags: Flags, stop: threading.Event) -> int:
     else:
         configs = [ModelConfig(flags.model_name, flags.model_base_path)]
     manager = ModelManager()
+    metrics, metrics_path = metrics_for_flags(flags.monitoring_config_file)
     manager.load(configs)
-    for name in ("enable_batching", "monitoring_config_file", "batching_parameters_file"):
+    poller = start_poller(manager, flags.file_system_poll_wait_seconds)
+    for name in ("enable_batching", "batching_parameters_file"):
         if getattr(flags, name):
             log.warning("--%s is accepted but not applied yet by servectl-model-server", name)
-    log.warning(
-        "gRPC (--port=%d) is not served yet by servectl-model-server; REST only", flags.port
-    )
+    grpc_server = None
+    if flags.port > 0:
+        grpc_server = serve_grpc(manager, "0.0.0.0", flags.port)
+        log.info("Running gRPC ModelServer at 0.0.0.0:%d ...", grpc_server.port)
+    else:
+        log.warning("--port=0: gRPC API is not served")
     server = None
     if flags.rest_api_port > 0:
         timeout = flags.rest_api_timeout_in_ms / 1000 if flags.rest_api_timeout_in_ms > 0 else None
-        server = serve_rest(
-            manager, flags.rest_api_bind_address, flags.rest_api_port, request_timeout_s=timeout
-        )
+        try:
+            server = serve_rest(
+                manager,
+                flags.rest_api_bind_address,
+                flags.rest_api_port,
+                request_timeout_s=timeout,
+                metrics=metrics,
+                metrics_path=metrics_path,
+            )
+        except BaseException:
+            if grpc_server is not None:
+                grpc_server.stop(None).wait()
+            raise
         log.info("Exporting HTTP/REST API at:localhost:%d ...", server.port)
     else:
         log.warning("--rest_api_port=0: REST API is not served")
     stop.wait()
     log.info("Shutting down: finishing requests in flight")
+    if poller is not None:
+        poller.stop()
+    grpc_stopped = grpc_server.stop(GRPC_GRACE_S) if grpc_server is not None else None
     if server is not None:
         server.stop()
+    if grpc_stopped is not None:
+        grpc_stopped.wait()
     log.info("Server stopped")
     return 0
 

@@ -268,6 +268,7 @@ def test_sigterm_finishes_in_flight_request(config_file: Path) -> None:
             "servectl.modelserver.server",
             f"--rest_api_port={port}",
             "--rest_api_bind_address=127.0.0.1",
+            "--port=0",  # no gRPC: the default 8500 may be taken
             f"--model_config_file={config_file}",
             "--tensorflow_inter_op_parallelism=1",
         ],
