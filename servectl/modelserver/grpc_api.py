@@ -15,6 +15,7 @@ code of the same name and TF Serving's message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any, TypeVar
@@ -28,6 +29,14 @@ from servectl.modelserver.models import (
     ModelSpec,
     Servable,
     parse_model_config_text,
+)
+from servectl.modelserver.monitoring import (
+    API_CLASSIFY,
+    API_GET_MODEL_METADATA,
+    API_PREDICT,
+    API_REGRESS,
+    ENTRYPOINT_GRPC,
+    ServingMetrics,
 )
 
 log = logging.getLogger(__name__)
@@ -111,17 +120,37 @@ def _serialized_examples(input_proto: Any) -> list[bytes]:
 # --------------------------------------------------------------------------- errors
 
 
-def _call(context: Any, name: str, fn: Callable[[], _T]) -> _T:
-    """Run one RPC body; a ServingError aborts with its code, anything else with INTERNAL."""
+def _call(
+    context: Any,
+    name: str,
+    fn: Callable[[], _T],
+    *,
+    metrics: ServingMetrics | None = None,
+    model_name: str = "",
+    api: str = "",
+) -> _T:
+    """Run one RPC body; a ServingError aborts with its code, anything else with INTERNAL.
+
+    With ``metrics``, the call is recorded like a REST one (entrypoint ``GRPC``), so
+    ``:tensorflow:serving:request_count`` and ``request_latency`` cover both front ends.
+    """
     import grpc
 
+    start = time.perf_counter_ns()
+    code = "OK"
     try:
         return fn()
     except ServingError as exc:
+        code = exc.code
         context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
     except Exception as exc:  # a bug or a TF failure: report it, keep serving
+        code = "INTERNAL"
         log.exception("Internal error in %s", name)
         context.abort(grpc.StatusCode.INTERNAL, f"Internal: {exc}")
+    finally:
+        if metrics is not None and model_name:
+            latency_us = (time.perf_counter_ns() - start) / 1000
+            metrics.record(model_name, api, ENTRYPOINT_GRPC, code, latency_us)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
@@ -278,7 +307,7 @@ def _as_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
 # --------------------------------------------------------------------------- gRPC glue
 
 
-def _servicers(manager: ModelManager) -> tuple[Any, Any]:
+def _servicers(manager: ModelManager, metrics: ServingMetrics | None = None) -> tuple[Any, Any]:
     from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
     predictions = PredictionApi(manager)
@@ -286,17 +315,43 @@ def _servicers(manager: ModelManager) -> tuple[Any, Any]:
 
     class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
         def Predict(self, request: Any, context: Any) -> Any:
-            return _call(context, "Predict", lambda: predictions.predict(request))
+            return _call(
+                context,
+                "Predict",
+                lambda: predictions.predict(request),
+                metrics=metrics,
+                model_name=request.model_spec.name,
+                api=API_PREDICT,
+            )
 
         def Classify(self, request: Any, context: Any) -> Any:
-            return _call(context, "Classify", lambda: predictions.classify(request))
+            return _call(
+                context,
+                "Classify",
+                lambda: predictions.classify(request),
+                metrics=metrics,
+                model_name=request.model_spec.name,
+                api=API_CLASSIFY,
+            )
 
         def Regress(self, request: Any, context: Any) -> Any:
-            return _call(context, "Regress", lambda: predictions.regress(request))
+            return _call(
+                context,
+                "Regress",
+                lambda: predictions.regress(request),
+                metrics=metrics,
+                model_name=request.model_spec.name,
+                api=API_REGRESS,
+            )
 
         def GetModelMetadata(self, request: Any, context: Any) -> Any:
             return _call(
-                context, "GetModelMetadata", lambda: predictions.get_model_metadata(request)
+                context,
+                "GetModelMetadata",
+                lambda: predictions.get_model_metadata(request),
+                metrics=metrics,
+                model_name=request.model_spec.name,
+                api=API_GET_MODEL_METADATA,
             )
 
     class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
@@ -319,7 +374,14 @@ def _servicers(manager: ModelManager) -> tuple[Any, Any]:
 class GrpcServer:
     """Both services on one ``grpc.server``; :meth:`stop` lets RPCs in flight finish."""
 
-    def __init__(self, manager: ModelManager, host: str, port: int, max_workers: int = 16) -> None:
+    def __init__(
+        self,
+        manager: ModelManager,
+        host: str,
+        port: int,
+        max_workers: int = 16,
+        metrics: ServingMetrics | None = None,
+    ) -> None:
         import grpc
         from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
@@ -330,7 +392,7 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        prediction, model = _servicers(manager)
+        prediction, model = _servicers(manager, metrics)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
             prediction, self._server
         )

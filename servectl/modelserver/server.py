@@ -156,7 +156,7 @@ def run(flags: Flags, stop: threading.Event) -> int:
             log.warning("--%s is accepted but not applied yet by servectl-model-server", name)
     grpc_server = None
     if flags.port > 0:
-        grpc_server = serve_grpc(manager, "0.0.0.0", flags.port)
+        grpc_server = serve_grpc(manager, "0.0.0.0", flags.port, metrics=metrics)
         log.info("Running gRPC ModelServer at 0.0.0.0:%d ...", grpc_server.port)
     else:
         log.warning("--port=0: gRPC API is not served")

@@ -412,3 +412,27 @@ def test_model_server_serves_grpc_and_stops_on_sigterm(model_base: Path) -> None
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_grpc_requests_are_counted_in_the_monitoring_metrics(model_base: Path) -> None:
+    from servectl.modelserver.monitoring import ServingMetrics
+
+    manager = ModelManager()
+    manager.load(parse_model_config_text(config_text(model_base)))
+    metrics = ServingMetrics()
+    srv = serve_grpc(manager, "127.0.0.1", 0, max_workers=2, metrics=metrics)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{srv.port}") as channel:
+            stub = Client(channel)
+            stub.predictions.Predict(_predict_request(), timeout=30)
+            with pytest.raises(grpc.RpcError):
+                stub.predictions.Predict(_predict_request(name="nope"), timeout=30)
+    finally:
+        srv.stop(None).wait()
+    text = metrics.exposition()
+    assert f':tensorflow:serving:request_count{{model_name="{MODEL}",status="OK"}} 1' in text
+    assert ':tensorflow:serving:request_count{model_name="nope",status="NOT_FOUND"} 1' in text
+    assert (
+        f':tensorflow:serving:request_latency_count{{model_name="{MODEL}",API="predict",'
+        'entrypoint="GRPC"} 1'
+    ) in text
