@@ -28,6 +28,7 @@ from servectl.modelserver.models import (
     ModelManager,
     ModelSpec,
     Servable,
+    classification_2d,
     parse_model_config_text,
 )
 from servectl.modelserver.monitoring import (
@@ -198,8 +199,8 @@ class PredictionApi:
         servable = self.manager.resolve(spec)
         _, classes, scores = self.manager.classify(_pinned(spec, servable), examples)
         n = len(examples)
-        labels = _as_2d(classes, n) if classes is not None else None
-        values = _as_2d(scores, n) if scores is not None else None
+        labels = classification_2d(classes, n) if classes is not None else None
+        values = classification_2d(scores, n) if scores is not None else None
         k = (labels if labels is not None else values).shape[1]  # type: ignore[union-attr]
         response = classification_pb2.ClassificationResponse()
         _fill_model_spec(response.model_spec, servable, spec.signature_name)
@@ -294,16 +295,6 @@ def _error_code(name: str) -> int:
     return int(getattr(grpc.StatusCode, name).value[0])
 
 
-def _as_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
-    if arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise invalid_argument(
-            f"Expected classification output shape [{n}, num_classes], got {list(arr.shape)}"
-        )
-    return arr
-
-
 # --------------------------------------------------------------------------- gRPC glue
 
 
@@ -313,46 +304,28 @@ def _servicers(manager: ModelManager, metrics: ServingMetrics | None = None) -> 
     predictions = PredictionApi(manager)
     models = ModelApi(manager)
 
+    def unary(name: str, handler: Callable[[Any], Any], api: str) -> Callable[..., Any]:
+        """An RPC method: run ``handler`` on the request, recorded under ``api``."""
+
+        def method(_self: Any, request: Any, context: Any) -> Any:
+            return _call(
+                context,
+                name,
+                lambda: handler(request),
+                metrics=metrics,
+                model_name=request.model_spec.name,
+                api=api,
+            )
+
+        return method
+
     class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
-        def Predict(self, request: Any, context: Any) -> Any:
-            return _call(
-                context,
-                "Predict",
-                lambda: predictions.predict(request),
-                metrics=metrics,
-                model_name=request.model_spec.name,
-                api=API_PREDICT,
-            )
-
-        def Classify(self, request: Any, context: Any) -> Any:
-            return _call(
-                context,
-                "Classify",
-                lambda: predictions.classify(request),
-                metrics=metrics,
-                model_name=request.model_spec.name,
-                api=API_CLASSIFY,
-            )
-
-        def Regress(self, request: Any, context: Any) -> Any:
-            return _call(
-                context,
-                "Regress",
-                lambda: predictions.regress(request),
-                metrics=metrics,
-                model_name=request.model_spec.name,
-                api=API_REGRESS,
-            )
-
-        def GetModelMetadata(self, request: Any, context: Any) -> Any:
-            return _call(
-                context,
-                "GetModelMetadata",
-                lambda: predictions.get_model_metadata(request),
-                metrics=metrics,
-                model_name=request.model_spec.name,
-                api=API_GET_MODEL_METADATA,
-            )
+        Predict = unary("Predict", predictions.predict, API_PREDICT)
+        Classify = unary("Classify", predictions.classify, API_CLASSIFY)
+        Regress = unary("Regress", predictions.regress, API_REGRESS)
+        GetModelMetadata = unary(
+            "GetModelMetadata", predictions.get_model_metadata, API_GET_MODEL_METADATA
+        )
 
     class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
         def GetModelStatus(self, request: Any, context: Any) -> Any:

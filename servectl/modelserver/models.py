@@ -442,11 +442,7 @@ class ModelManager:
     def resolve(self, spec: ModelSpec) -> Servable:
         """The servable a request names, or TF Serving's NOT_FOUND / INVALID_ARGUMENT."""
         model = self._model(spec.name)
-        version = spec.version
-        if spec.label is not None:
-            if model is None or spec.label not in model.labels:
-                raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
-            version = model.labels[spec.label]
+        version = _labelled_version(model, spec)
         if model is None or not model.servables:
             raise not_found(f"Servable not found for request: {spec.describe()}")
         if version is None:
@@ -462,11 +458,7 @@ class ModelManager:
         if not spec.name:
             raise invalid_argument("Missing model name in request.")
         model = self._model(spec.name)
-        version = spec.version
-        if spec.label is not None:
-            if model is None or spec.label not in model.labels:
-                raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
-            version = model.labels[spec.label]
+        version = _labelled_version(model, spec)
         if model is None:
             if version is not None:
                 raise not_found(f"Could not find version {version} of model {spec.name}")
@@ -590,3 +582,23 @@ def run_signature(
     except tf.errors.OpError as exc:
         raise ServingError("INTERNAL", exc.message) from exc
     return {k: np.asarray(v.numpy()) for k, v in result.items()}
+
+
+def classification_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
+    """A classify output as [n, num_classes] (a vector is one class per example)."""
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise invalid_argument(
+            f"Expected classification output shape [{n}, num_classes], got {list(arr.shape)}"
+        )
+    return arr
+
+
+def _labelled_version(model: Any, spec: ModelSpec) -> int | None:
+    """The version a request names, its label resolved (TF Serving: INVALID_ARGUMENT)."""
+    if spec.label is None:
+        return spec.version
+    if model is None or spec.label not in model.labels:
+        raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
+    return int(model.labels[spec.label])

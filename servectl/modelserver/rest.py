@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from servectl.modelserver.errors import ServingError, invalid_argument
-from servectl.modelserver.models import ModelManager, ModelSpec, Servable, TensorSpecInfo
+from servectl.modelserver.models import (
+    ModelManager,
+    ModelSpec,
+    Servable,
+    TensorSpecInfo,
+    classification_2d,
+)
 from servectl.modelserver.monitoring import (
     API_GET_MODEL_METADATA,
     API_GET_MODEL_STATUS,
@@ -421,8 +427,8 @@ class RestApi:
         examples = _examples(body)
         _, classes, scores = self.manager.classify(spec, examples)
         n = len(examples)
-        labels = _as_2d(classes, n) if classes is not None else None
-        values = _as_2d(scores, n) if scores is not None else None
+        labels = classification_2d(classes, n) if classes is not None else None
+        values = classification_2d(scores, n) if scores is not None else None
         k = (labels if labels is not None else values).shape[1]  # type: ignore[union-attr]
         results = []
         for i in range(n):
@@ -448,16 +454,6 @@ def _metrics_route(method: str, path: str) -> tuple[str, str] | None:
     if method == "GET" and (m := _STATUS_RE.fullmatch(path)) and m.group(1):
         return m.group(1), API_GET_MODEL_METADATA if m.group(4) else API_GET_MODEL_STATUS
     return None
-
-
-def _as_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
-    if arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise invalid_argument(
-            f"Expected classification output shape [{n}, num_classes], got {list(arr.shape)}"
-        )
-    return arr
 
 
 def _model_spec_json(servable: Servable) -> dict[str, str]:
