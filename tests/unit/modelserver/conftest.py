@@ -12,9 +12,13 @@ Besides ``serving_default`` each version has:
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +154,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_model_server(flags: list[str], ready: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """``python -m servectl.modelserver.server FLAGS`` until a stderr line contains ``ready``.
+
+    Returns the process and the lines read; the caller asserts on them and stops it.
+    """
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(repo), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servectl.modelserver.server", *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=repo,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if ready in line or not line:
+            break
+    return proc, lines

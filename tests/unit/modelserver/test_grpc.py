@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,7 @@ from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
 from servectl.modelserver.grpc_api import GrpcServer, serve_grpc  # noqa: E402
 from servectl.modelserver.models import ModelManager, parse_model_config_text  # noqa: E402
 
-from .conftest import MODEL, config_text, free_port  # noqa: E402
+from .conftest import MODEL, config_text, free_port, start_model_server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
@@ -374,30 +370,11 @@ def test_reload_config_moves_label_and_policy(client: Client, model_base: Path) 
 
 def test_model_server_serves_grpc_and_stops_on_sigterm(model_base: Path) -> None:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "servectl.modelserver.server",
-            f"--port={port}",
-            f"--model_name={MODEL}",
-            f"--model_base_path={model_base}",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
+    proc, lines = start_model_server(
+        [f"--port={port}", f"--model_name={MODEL}", f"--model_base_path={model_base}"],
+        "Running gRPC ModelServer at",
     )
     try:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + 60
-        lines = []
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if "Running gRPC ModelServer at" in line or not line:
-                break
         assert any(f"Running gRPC ModelServer at 0.0.0.0:{port} ..." in ln for ln in lines), (
             "".join(lines)
         )

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +16,7 @@ pytest.importorskip("tensorflow")
 
 from servectl.modelserver.server import FlagError, parse_flags
 
-from .conftest import MODEL, free_port
+from .conftest import MODEL, free_port, start_model_server
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -260,32 +257,17 @@ def test_flags() -> None:
 
 def test_sigterm_finishes_in_flight_request(config_file: Path) -> None:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen(
+    proc, lines = start_model_server(
         [
-            sys.executable,
-            "-m",
-            "servectl.modelserver.server",
             f"--rest_api_port={port}",
             "--rest_api_bind_address=127.0.0.1",
             "--port=0",  # no gRPC: the default 8500 may be taken
             f"--model_config_file={config_file}",
             "--tensorflow_inter_op_parallelism=1",
         ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
+        f"Exporting HTTP/REST API at:localhost:{port} ...",
     )
     try:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + 60
-        lines = []
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if f"Exporting HTTP/REST API at:localhost:{port} ..." in line or not line:
-                break
         assert any("Exporting HTTP/REST API" in ln for ln in lines), "".join(lines)
         body = json.dumps({"instances": [1.0, 2.0, 5.0]}).encode()
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
