@@ -223,14 +223,12 @@ class _Acc:
     """A revision's raw values while a tick is assembled."""
 
     cpu: dict[str, float | None] = field(default_factory=dict)  # pod -> cores
-    cpu_total: dict[str, float] = field(default_factory=dict)
     request: dict[str, float] = field(default_factory=dict)  # pod -> cores requested
     gpu: dict[str, float | None] = field(default_factory=dict)
     gpu_memory: dict[str, float | None] = field(default_factory=dict)
     by_status: dict[str, float] = field(default_factory=dict)
     status_seen: bool = False
     latency: dict[float, float] = field(default_factory=dict)  # le -> cumulative rate
-    latency_nan: bool = False
     latency_count: float | None = None  # requests per second behind the histogram
     busy: float | None = None
     newest: dict[str, float] = field(default_factory=dict)  # signal -> newest sample time
@@ -396,11 +394,9 @@ def _fold(
     if signal == "cpu":
         if part == "value":
             a.cpu[pod] = value
-        elif part == "total" and value is not None:
-            a.cpu_total[pod] = value
-            if tracker is not None:
-                tracker.add(key, "cpu_seconds", (pod,), value)
-                a.counted = True
+        elif part == "total" and value is not None and tracker is not None:
+            tracker.add(key, "cpu_seconds", (pod,), value)
+            a.counted = True
     elif signal == "cpu_requests":
         if value is not None:
             a.request[pod] = value
@@ -419,11 +415,8 @@ def _fold(
             a.counted = True
     elif signal == "latency":
         le = _on_layout(_le(sample.labels), layout)
-        if part == "rate" and le is not None:
-            if value is None:
-                a.latency_nan = True
-            else:
-                a.latency[le] = a.latency.get(le, 0.0) + value
+        if part == "rate" and le is not None and value is not None:
+            a.latency[le] = a.latency.get(le, 0.0) + value
         elif part == "count":
             a.latency_count = value
         elif part == "busy":

@@ -208,13 +208,7 @@ class PrometheusSource:
                 where = f"analysis check {check.metric} ({rev})"
                 try:
                     samples = self.query(promql, when)
-                except (
-                    requests.RequestException,
-                    PrometheusApiClientException,
-                    ValueError,
-                    KeyError,
-                    TypeError,
-                ) as exc:
+                except _FAILURES as exc:
                     problems.append(self._problem(where, exc))
                     pair.append(None)
                     continue
