@@ -74,7 +74,7 @@ def load_file(path: str | Path) -> list[models.ModelService | models.ScalingPoli
     """Every resource in a file, dispatched on ``kind``.
 
     Raises SpecError with ``source`` set to the file and each issue's line, covering
-    all documents in the file at once.
+    all documents in the file at once, and SpecFileError for a file with no resource.
     """
     file = Path(path)
     resources: list[models.ModelService | models.ScalingPolicy] = []
@@ -94,6 +94,11 @@ def load_file(path: str | Path) -> list[models.ModelService | models.ScalingPoli
             )
     if issues:
         raise validation.SpecError(issues, source=str(file))
+    if not resources:
+        raise SpecFileError(
+            f"{file}: no resources: the file is empty or holds only empty documents; "
+            "expected a ModelService or ScalingPolicy (see deploy/examples/)"
+        )
     return resources
 
 

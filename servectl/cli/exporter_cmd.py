@@ -59,7 +59,7 @@ def _emit(registry: CollectorRegistry, source: ReplicaFile | None, once: bool) -
     """With --once: print one scrape and return True (exit 2 on a malformed file)."""
     if not once:
         return False
-    from servectl.cli.main import fail
+    from servectl.cli.console import fail
     from servectl.metrics.exporters.serve import exposition
 
     if source is not None:
@@ -71,7 +71,7 @@ def _emit(registry: CollectorRegistry, source: ReplicaFile | None, once: bool) -
 
 
 def _serve(registry: CollectorRegistry, host: str, port: int, what: str) -> None:
-    from servectl.cli.main import fail
+    from servectl.cli.console import fail
     from servectl.metrics.exporters.serve import serve_until_signalled
 
     def ready(url: str) -> None:

@@ -19,6 +19,10 @@ class _Scored(Protocol):
     def recovery_s(self) -> float | None: ...
     @property
     def requests(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def met_slo(self) -> int: ...
 
 
 SIMULATE_HEADER = [
@@ -31,6 +35,10 @@ SIMULATE_HEADER = [
     "flips",
     "recover",
 ]
+
+
+# Extra columns of ``-o wide``.
+SIMULATE_WIDE_HEADER = ["requests", "within SLO", "failed"]
 
 
 def pct(value: float) -> str:
@@ -67,6 +75,11 @@ def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str
     return rows
 
 
+def simulate_wide_rows(results: Mapping[str, _Scored]) -> list[list[str]]:
+    """The ``-o wide`` columns of :func:`simulate_rows`, in the same order."""
+    return [[f"{r.requests:,}", f"{r.met_slo:,}", f"{r.failed:,}"] for r in results.values()]
+
+
 def _get(record: Any, key: str) -> Any:
     return record[key] if isinstance(record, Mapping) else getattr(record, key)
 
@@ -95,6 +108,13 @@ def bench_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
         ]
         for r in records
     ]
+    return header, rows
+
+
+def bench_wide_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    """The ``-o wide`` columns of :func:`bench_rows`: request counts."""
+    header = ["requests", "failed"]
+    rows = [[f"{_get(r, 'requests'):,}", f"{_get(r, 'failed'):,}"] for r in records]
     return header, rows
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.table import Table
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
 
 EXIT_LOCUST = 1
 EXIT_FAILURE_RATE = 3
@@ -97,9 +97,8 @@ def loadtest(
         Path, typer.Option("--out", help="Directory for the CSV, HTML and log reports.")
     ] = Path("out/loadtest"),
     name: Annotated[str, typer.Option(help="Report file name prefix.")] = "loadtest",
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as one JSON object.")
-    ] = False,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
     max_failure_rate: Annotated[
         float | None,
         typer.Option(
@@ -112,9 +111,12 @@ def loadtest(
     Runs Locust headless in a subprocess for --duration, prints progress every few
     seconds, then a table per request name (requests, failures, req/s, p50/p95/p99 ms)
     and where the reports are: PREFIX_stats.csv, PREFIX_failures.csv, an HTML report
-    and Locust's log, under --out. The shapes are servectl simulate's traces. Exit codes:
-    0 done; 1 Locust could not run (not installed, bad payload, crashed) or the target
-    was unreachable; 2 bad options; 3 more than --max-failure-rate of requests failed.
+    and Locust's log, under --out. The shapes are servectl simulate's traces. Before
+    Locust starts, every server it would call must accept a connection, so an
+    unreachable target is said in seconds. -o json prints the summary as one JSON object.
+    Exit codes: 0 done; 1 Locust could not run (not installed, bad payload, crashed) or
+    the target was unreachable; 2 bad options; 3 more than --max-failure-rate of
+    requests failed.
 
     \b
     Examples:
@@ -126,9 +128,9 @@ def loadtest(
       servectl loadtest --ab-header x-model-variant=b --ab-share 0.5 --max-failure-rate 0.01
       servectl loadtest --trace load.csv --speedup 60 --json
     """
-    from servectl.cli.main import err, fail, out
     from servectl.loadtest import runner, shapes
 
+    output = console.resolve(output, as_json)
     try:
         duration_s = shapes.parse_duration(duration) if duration is not None else None
     except shapes.ShapeError as exc:
@@ -178,29 +180,25 @@ def loadtest(
         )
     except ValueError as exc:  # ShapeError, PayloadError, TraceError: they name the option
         raise fail(str(exc)) from exc
-    err.print(f"load test: {protocol} {model}, {what}", highlight=False)
+    err.print(f"load test: {protocol} {model}, {what}", highlight=False, markup=False)
     try:
-        result = runner.run(config, progress=lambda p: err.print(p.line(), highlight=False))
+        result = runner.run(
+            config, progress=lambda p: err.print(p.line(), highlight=False, markup=False)
+        )
     except ValueError as exc:
         raise fail(str(exc)) from exc
     except runner.LoadTestError as exc:
         raise fail(str(exc), EXIT_LOCUST) from exc
     summary = result.summary
-    if as_json:
-        print(json.dumps(result.to_record()))
-    else:
-        header, rows = runner.format_rows(summary)
-        table = Table(
-            title=f"load test: {model} ({protocol})", title_justify="left", box=box.SIMPLE
-        )
-        for i, column in enumerate(header):
-            if i == 0:
-                table.add_column(column, overflow="fold")
-            else:
-                table.add_column(column, justify="right", no_wrap=True)
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
+    header, rows = runner.format_rows(summary)
+    console.emit(
+        output,
+        title=f"load test: {model} ({protocol})",
+        header=header,
+        rows=rows,
+        records=[result.to_record()],
+    )
+    if not output.machine:
         for failure in summary.failures:
             out.print(
                 f"  {failure.occurrences} x {failure.method} {failure.name}: {failure.message}",
@@ -213,7 +211,7 @@ def loadtest(
             highlight=False,
         )
     for note in summary.notes():
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {note}", highlight=False, markup=False)
     if summary.unreachable:
         raise typer.Exit(EXIT_LOCUST)
     if runner.failure_rate_exceeded(summary, max_failure_rate):

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from servectl import __version__
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
 from servectl.cli.exporter_cmd import exporter_app
 from servectl.cli.loadtest_cmd import loadtest
 from servectl.cli.metrics_cmd import metrics_app
@@ -44,14 +45,6 @@ app.add_typer(exporter_app, name="exporter")
 app.add_typer(metrics_app, name="metrics")
 app.add_typer(model_app, name="model")
 app.command("loadtest")(loadtest)
-
-out = Console()
-err = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 @app.callback(invoke_without_command=True)
@@ -115,9 +108,8 @@ def simulate(
         float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
     ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed for arrivals and service times.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON record per policy.")
-    ] = False,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
 ) -> None:
     """Replay a load trace through policies on simulated TF Serving replicas.
 
@@ -131,6 +123,8 @@ def simulate(
     from servectl.sim import plot as sim_plot
     from servectl.sim import runner, suite
 
+    output = console.resolve(output, as_json)
+    quiet = output.machine
     svc = suite.service()
     trace = _load_trace(trace_name, csv, seed, minutes)
     names = [policy] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != policy]
@@ -140,8 +134,12 @@ def simulate(
         raise fail(f"--policy/--compare: {exc}") from exc
     results = {}
     for name, factory in factories.items():
-        if not as_json:
-            err.print(f"simulating {trace.name} ({len(trace.rps) // 60} min) with {name} ...")
+        if not quiet:
+            err.print(
+                f"simulating {trace.name} ({len(trace.rps) // 60} min) with {name} ...",
+                highlight=False,
+                markup=False,
+            )
         started = time.perf_counter()
         results[name] = runner.simulate(
             trace,
@@ -151,35 +149,31 @@ def simulate(
             max_replicas=suite.MAX_REPLICAS,
             seed=seed,
         )
-        if not as_json:
+        if not quiet:
             err.print(f"  done in {time.perf_counter() - started:.1f} s")
-    if as_json:
-        for name, result in results.items():
-            print(json.dumps({"trace": trace.name, "policy": name, **result.to_record()}))
-    else:
-        rows = fmt.simulate_rows(results, subject=policy)
-        _print_table(
-            f"{trace.name}: share of requests within the {svc.slo_ms:g} ms SLO; cost relative "
-            f"to {policy}; flips = scale direction reversals",
-            fmt.SIMULATE_HEADER,
-            rows,
-        )
+    console.emit(
+        output,
+        title=f"{trace.name}: share of requests within the {svc.slo_ms:g} ms SLO; cost relative "
+        f"to {policy}; flips = scale direction reversals",
+        header=fmt.SIMULATE_HEADER,
+        rows=fmt.simulate_rows(results, subject=policy),
+        records=[
+            {"trace": trace.name, "policy": name, **result.to_record()}
+            for name, result in results.items()
+        ],
+        wide_header=fmt.SIMULATE_WIDE_HEADER,
+        wide_rows=fmt.simulate_wide_rows(results),
+    )
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
         sim_plot.plot_timeline(
             results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}"
         )
-        if not as_json:
-            out.print(f"timeline written to {plot}")
+        if not quiet:
+            out.print(f"timeline written to {plot}", highlight=False, markup=False)
 
 
-def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    table = Table(title=title, title_justify="left")
-    for i, column in enumerate(header):
-        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
+_print_table = console.print_table
 
 
 # --------------------------------------------------------------------------- bench
@@ -194,9 +188,8 @@ def bench(
         str, typer.Option("--policies", help="Comma-separated policies.")
     ] = "servectl,hpa,kpa,oracle",
     seed: Annotated[int, typer.Option(min=0, help="Seed for the suite and the arrivals.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON record per trace x policy on stdout.")
-    ] = False,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
     micro: Annotated[
         bool,
         typer.Option("--micro", help="Instead: time one simulated hour and one policy decision."),
@@ -243,14 +236,15 @@ def bench(
     from servectl.sim import bench as sim_bench
     from servectl.sim import suite, traces
 
+    output = console.resolve(output, as_json)
     if micro:
-        _micro_bench(as_json)
+        _micro_bench(output)
         return
     if metrics:
-        _metrics_bench(services, repeat, as_json)
+        _metrics_bench(services, repeat, output)
         return
     if rollouts:
-        _rollout_bench(traces_opt, policies_opt, seed, as_json)
+        _rollout_bench(traces_opt, policies_opt, seed, output)
         return
     svc = suite.service()
     suite_traces = traces.standard_suite(seed)
@@ -269,21 +263,28 @@ def bench(
         raise fail(f"--policies: {exc}") from exc
 
     def progress(trace: str, policy: str, index: int, total: int) -> None:
-        if not as_json:
-            err.print(f"[{index}/{total}] {trace} × {policy}")
+        if not output.machine:
+            err.print(f"[{index}/{total}] {trace} × {policy}", highlight=False, markup=False)
 
     records = sim_bench.run_bench(suite_traces, factories, svc, seed=seed, progress=progress)
-    if as_json:
-        for record in records:
-            print(json.dumps(record.to_record()))
-        return
     header, rows = fmt.bench_rows(records)
-    _print_table("per trace", header, rows)
+    wide_header, wide_rows = fmt.bench_wide_rows(records)
+    console.emit(
+        output,
+        title="per trace",
+        header=header,
+        rows=rows,
+        records=[record.to_record() for record in records],
+        wide_header=wide_header,
+        wide_rows=wide_rows,
+    )
+    if output.machine:
+        return
     summary_header, summary_rows = fmt.bench_summary_rows(records)
     _print_table("suite totals and ratios (servectl vs others)", summary_header, summary_rows)
 
 
-def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, as_json: bool) -> None:
+def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, output: Output) -> None:
     from servectl.sim import rollout_bench
 
     names = (
@@ -299,22 +300,31 @@ def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, as_json
     )
 
     def progress(trace: str, controller: str, index: int, total: int) -> None:
-        if not as_json:
-            err.print(f"[{index}/{total}] {trace} × {controller} (with and without a rollout)")
+        if not output.machine:
+            err.print(
+                f"[{index}/{total}] {trace} × {controller} (with and without a rollout)",
+                highlight=False,
+                markup=False,
+            )
 
     try:
         records = rollout_bench.run_rollout_bench(names, controllers, seed=seed, progress=progress)
     except ValueError as exc:
         raise fail(f"--traces/--policies: {exc}") from exc
-    if as_json:
-        for record in records:
-            print(json.dumps(record.to_record()))
-        return
     header, rows = rollout_bench.table(records)
-    _print_table("rollouts under load (servectl vs emulated peers)", header, rows)
+    wide_header, wide_rows = rollout_bench.wide_columns(records)
+    console.emit(
+        output,
+        title="rollouts under load (servectl vs emulated peers)",
+        header=header,
+        rows=rows,
+        records=[record.to_record() for record in records],
+        wide_header=wide_header,
+        wide_rows=wide_rows,
+    )
 
 
-def _metrics_bench(services: int, repeat: int, as_json: bool) -> None:
+def _metrics_bench(services: int, repeat: int, output: Output) -> None:
     from servectl.metrics import bench as metrics_bench
     from servectl.metrics.server import PrometheusError, find_prometheus
 
@@ -322,14 +332,12 @@ def _metrics_bench(services: int, repeat: int, as_json: bool) -> None:
         raise fail("--metrics needs Prometheus: apt-get install prometheus (Debian/Ubuntu)")
     try:
         rows = metrics_bench.run_metrics_bench(
-            services, repeat=repeat, progress=lambda m: err.print(m, highlight=False)
+            services,
+            repeat=repeat,
+            progress=lambda m: err.print(m, highlight=False, markup=False),
         )
     except (PrometheusError, RuntimeError) as exc:
         raise fail(str(exc), 1) from exc
-    if as_json:
-        for record in metrics_bench.rows_as_records(rows):
-            print(json.dumps(record))
-        return
     header = [
         "case",
         "size",
@@ -355,10 +363,16 @@ def _metrics_bench(services: int, repeat: int, as_json: bool) -> None:
         ]
         for r in rows
     ]
-    _print_table(f"metrics snapshot, {repeat} per case (real Prometheus)", header, body)
+    console.emit(
+        output,
+        title=f"metrics snapshot, {repeat} per case (real Prometheus)",
+        header=header,
+        rows=body,
+        records=metrics_bench.rows_as_records(rows),
+    )
 
 
-def _micro_bench(as_json: bool) -> None:
+def _micro_bench(output: Output) -> None:
     """Medians of 3: a simulated hour at 1000 req/s (fixed replicas, then servectl's
     policy deciding every 2 s) and one decision of each policy, CEL included."""
     import statistics
@@ -390,11 +404,13 @@ def _micro_bench(as_json: bool) -> None:
     }
     for label, subject in subjects.items():
         figures[f"decide_us[{label}]"] = round(sim_bench.decision_us(subject), 1)
-    if as_json:
-        print(json.dumps(figures))
-        return
-    for key, value in figures.items():
-        out.print(f"{key:45s} {value}", highlight=False, markup=False)
+    console.emit(
+        output,
+        title="one simulated hour (s) and one decision (µs), medians of 3",
+        header=["figure", "value"],
+        rows=[[key, f"{value:g}"] for key, value in figures.items()],
+        records=[figures],
+    )
 
 
 # --------------------------------------------------------------------------- policy
@@ -616,7 +632,7 @@ def policy_test(
     for path in files:
         test_path = path.parent / "tests" / path.name
         if not test_path.exists():
-            err.print(f"[yellow]{path}: no test trace at {test_path}[/]")
+            err.print(f"[yellow]{escape(str(path))}: no test trace at {escape(str(test_path))}[/]")
             failed += 1
             continue
         try:
@@ -626,9 +642,9 @@ def policy_test(
             raise fail(str(exc)) from exc
         report = policytest.run_policy_tests(policy_doc, test_doc)
         mark = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
-        out.print(f"{mark} {path} ({report.summary})")
+        out.print(f"{mark} {escape(str(path))} ({escape(report.summary)})", highlight=False)
         for line in report.lines():
-            out.print(f"    {line}", highlight=False)
+            out.print(f"    {line}", highlight=False, markup=False)
         failed += 0 if report.passed else 1
     if failed:
         raise typer.Exit(1)
@@ -640,9 +656,9 @@ def policy_list() -> None:
     from servectl.autoscaling import registry
 
     for name in registry.names():
-        out.print(f"{name:12s} built-in")
+        out.print(f"{name:12s} built-in", markup=False)
     for path in sorted(Path("policies").glob("*.yaml")):
-        out.print(f"{path.stem:12s} CEL ({path})")
+        out.print(f"{path.stem:12s} CEL ({path})", markup=False)
 
 
 # --------------------------------------------------------------------------- specs
@@ -662,10 +678,10 @@ def validate(
             docs = specfile.load_file(path)
         except (OSError, validation.SpecError, ValueError) as exc:
             bad += 1
-            err.print(f"[red]{path}: invalid[/]\n{exc}", highlight=False)
+            err.print(f"[red]{escape(str(path))}: invalid[/]\n{escape(str(exc))}", highlight=False)
             continue
         kinds = ", ".join(f"{type(d).__name__} {d.metadata.name}" for d in docs)
-        out.print(f"{path}: ok ({kinds})", highlight=False)
+        out.print(f"{path}: ok ({kinds})", highlight=False, markup=False)
     if bad:
         raise typer.Exit(1)
 
@@ -680,7 +696,7 @@ def crds_generate(
     from servectl import specfile
 
     for path in specfile.write_crds(out_dir):
-        out.print(f"wrote {path}")
+        out.print(f"wrote {path}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- model server

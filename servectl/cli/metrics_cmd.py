@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, out
 
 metrics_app = typer.Typer(
     help=(
@@ -20,9 +21,6 @@ metrics_app = typer.Typer(
     no_args_is_help=True,
 )
 
-out = Console()
-err = Console(stderr=True)
-
 _CONFIG_HELP = (
     "Metrics config (YAML/JSON): rateWindow, timeoutSeconds, staleAfterSeconds, percentiles, "
     "namespaces, cpuLabels, gpuLabels, podInfo, tfServingLabels, gateway, queries "
@@ -30,9 +28,7 @@ _CONFIG_HELP = (
 )
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
+_fail = console.fail
 
 
 def load_config(path: Path | None, namespaces: list[str] | None = None) -> Any:
@@ -80,7 +76,8 @@ def show(
         list[str] | None, typer.Option("--namespace", "-n", help="Only this namespace (repeat).")
     ] = None,
     service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
 ) -> None:
     """Read every service's signals now and show them per revision.
 
@@ -89,11 +86,16 @@ def show(
     Then one MetricsAvailable line per service: True, or which signal is missing and why
     (Prometheus down, a query error, a label the scrape did not add, stale samples).
 
-    Exit status: 0 when Prometheus answered every query, 1 when it did not.
+    -o json and -o yaml print one document: the revisions, the problems and the
+    conditions; -o wide adds p90, p95, concurrency and GPU memory.
+
+    Exit status: 0 when Prometheus answered every query, 1 when it did not (or when what
+    answers at --prometheus is not Prometheus' API).
     """
     from servectl.metrics.assemble import Reason, condition
     from servectl.metrics.source import PrometheusSource
 
+    output = console.resolve(output, as_json)
     config = load_config(config_file, namespace)
     source = PrometheusSource(prometheus, config)
     snap = source.snapshot()
@@ -103,9 +105,10 @@ def show(
     hard = [
         p
         for p in snap.problems
-        if p.reason in (Reason.UNREACHABLE, Reason.TIMEOUT, Reason.QUERY_ERROR)
+        if p.reason
+        in (Reason.UNREACHABLE, Reason.NOT_PROMETHEUS, Reason.TIMEOUT, Reason.QUERY_ERROR)
     ]
-    if as_json:
+    if output.machine:
         doc = {
             "prometheus": prometheus,
             "time": snap.time,
@@ -129,10 +132,9 @@ def show(
                 name: c.model_dump(mode="json", exclude_none=True) for name, c in conditions.items()
             },
         }
-        print(json.dumps(doc, indent=2))
+        console.print_records([doc], output)
         raise typer.Exit(1 if hard else 0)
-    table = Table(title=f"signals from {prometheus} ({snap.queries} queries)")
-    for column in (
+    header = [
         "namespace/service",
         "revision",
         "pods",
@@ -145,37 +147,60 @@ def show(
         "p99 ms",
         "age s",
         "missing",
-    ):
-        table.add_column(column, justify="left" if column in ("revision", "missing") else "right")
+    ]
+    rows = []
+    wide_rows = []
     for k in keys:
         r = snap.revisions[k]
         s = r.signals
-        table.add_row(
-            f"{k[0]}/{k[1]}",
-            k[2],
-            str(len(r.pods)),
-            _num(s.cpu_usage_cores),
-            _num(s.cpu_utilization, "{:.0f}"),
-            _num(s.gpu_duty_cycle, "{:.0f}"),
-            _num(s.rps, "{:.1f}"),
-            _num(None if s.error_rate is None else 100 * s.error_rate, "{:.2f}"),
-            _num(s.latency(50)),
-            _num(s.latency(99)),
-            _num(s.age_s, "{:.1f}"),
-            ", ".join(r.missing + tuple(f"{x} (stale)" for x in r.stale if x not in r.missing)),
+        rows.append(
+            [
+                f"{k[0]}/{k[1]}",
+                k[2],
+                str(len(r.pods)),
+                _num(s.cpu_usage_cores),
+                _num(s.cpu_utilization, "{:.0f}"),
+                _num(s.gpu_duty_cycle, "{:.0f}"),
+                _num(s.rps, "{:.1f}"),
+                _num(None if s.error_rate is None else 100 * s.error_rate, "{:.2f}"),
+                _num(s.latency(50)),
+                _num(s.latency(99)),
+                _num(s.age_s, "{:.1f}"),
+                ", ".join(r.missing + tuple(f"{x} (stale)" for x in r.stale if x not in r.missing)),
+            ]
+        )
+        wide_rows.append(
+            [
+                _num(s.latency(90)),
+                _num(s.latency(95)),
+                _num(s.concurrency),
+                _num(r.gpu_memory_mib, "{:.0f}"),
+            ]
         )
     if keys:
-        out.print(table)
+        console.emit(
+            output,
+            title=f"signals from {prometheus} ({snap.queries} queries)",
+            header=header,
+            rows=rows,
+            records=[],
+            wide_header=["p90 ms", "p95 ms", "concurrency", "gpu MiB"],
+            wide_rows=wide_rows,
+        )
     else:
         out.print("no servectl revisions found in Prometheus")
     for name, c in conditions.items():
         colour = "green" if c.status == "True" else "red"
         out.print(
-            f"{name}: MetricsAvailable=[{colour}]{c.status.value}[/] {c.reason}: {c.message}",
+            f"{escape(name)}: MetricsAvailable=[{colour}]{c.status.value}[/] "
+            f"{escape(c.reason)}: {escape(c.message)}",
             highlight=False,
         )
     for reason, text, signals in _grouped(snap.problems):
-        err.print(f"[yellow]{reason}[/] ({', '.join(signals)}): {text}", highlight=False)
+        err.print(
+            f"[yellow]{escape(reason)}[/] ({escape(', '.join(signals))}): {escape(text)}",
+            highlight=False,
+        )
     raise typer.Exit(1 if hard else 0)
 
 

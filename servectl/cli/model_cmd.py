@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
+
 model_app = typer.Typer(
     help="Models to serve: write demo SavedModels in TF Serving's layout (docs/models.md).",
     no_args_is_help=True,
@@ -47,6 +50,7 @@ def export_demo_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Replace version directories that already exist.")
     ] = False,
+    output: console.OutputOption = Output.TABLE,
 ) -> None:
     """Write real SavedModels (with warmup requests) to serve and to roll out.
 
@@ -65,7 +69,6 @@ def export_demo_cmd(
 
         servectl model export-demo models/ --models cost_model --fail-share 0.2
     """
-    from servectl.cli.main import _print_table, err, fail, out
     from servectl.modelserver import demo
 
     wanted = [m.strip() for m in models.split(",") if m.strip()]
@@ -83,17 +86,27 @@ def export_demo_cmd(
             fail_share=fail_share,
             slow_factor=slow_factor,
             force=force,
-            progress=lambda line: err.print(f"writing {line}", highlight=False),
+            progress=lambda line: err.print(f"writing {line}", highlight=False, markup=False),
         )
     except demo.VersionExistsError as exc:
         listed = ", ".join(str(path) for path in exc.paths)
         raise fail(f"{listed} already exist; pass --force to replace them") from exc
     except OSError as exc:
         raise fail(f"{directory}: {exc}", 1) from exc
-    _print_table(
-        f"SavedModels written under {directory}",
-        ["model", "version", "what it is", "path"],
-        [[w.model, str(w.version), w.description, str(w.path)] for w in written],
+    console.emit(
+        output,
+        title=f"SavedModels written under {directory}",
+        header=["model", "version", "what it is", "path"],
+        rows=[[w.model, str(w.version), w.description, str(w.path)] for w in written],
+        records=[
+            {
+                "model": w.model,
+                "version": w.version,
+                "description": w.description,
+                "path": str(w.path),
+            }
+            for w in written
+        ],
     )
     try:
         config = demo.write_model_config(directory, wanted, force=force)
@@ -101,9 +114,13 @@ def export_demo_cmd(
         raise fail(f"{directory / demo.CONFIG_FILE}: {exc}", 1) from exc
     config_path = directory / demo.CONFIG_FILE
     if config is None:
-        err.print(f"kept {config_path} (already there; --force rewrites it)", highlight=False)
+        err.print(
+            f"kept {config_path} (already there; --force rewrites it)",
+            highlight=False,
+            markup=False,
+        )
     names = ", ".join(n for m in wanted for n in demo.SERVED_NAMES[m])
-    out.print(
+    (err if output.machine else out).print(
         f"serve them ({names}): servectl model-server "
         f"--model_config_file={config_path} --rest_api_port=8501 --port=8500",
         highlight=False,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
 
 rollout_app = typer.Typer(
     help=(
@@ -54,24 +56,25 @@ def simulate_rollout_cmd(
         float | None, typer.Option(min=1, help="Simulate only the first N minutes.")
     ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed for arrivals and service times.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON record per controller.")
-    ] = False,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
 ) -> None:
     """Replay a trace with a new model version arriving mid-way; score each controller.
 
     servectl's loop (autoscaler + rollout + planner) drives both revisions; the same
     rollout spec is given to the emulated peers. Reported: SLO attainment, requests
     lost to unready capacity or cut by a shrink, peak replicas, the rollout's duration and
-    its final phase, plus servectl's phase timeline. Example:
+    its final phase, plus servectl's phase timeline (on stdout, to keep). Example:
 
         servectl rollout simulate --trace step --canary-error-rate 0.05 --plot out/abort.png
     """
     from servectl import specfile
     from servectl.api import models, validation
-    from servectl.cli.main import _load_trace, _print_table, err, fail
+    from servectl.cli.main import _load_trace
     from servectl.sim import control, model, rollout_bench, rollout_sim, runner, suite
 
+    output = console.resolve(output, as_json)
+    quiet = output.machine
     svc = suite.service()
     if spec_file is not None:
         try:
@@ -116,61 +119,73 @@ def simulate_rollout_cmd(
     initial = runner.initial_replicas_for(trace, svc, suite.MIN_REPLICAS, suite.MAX_REPLICAS)
     results: dict[str, rollout_sim.RolloutSimResult] = {}
     for name in names:
-        if not as_json:
-            err.print(f"simulating {trace.name} with {name}, v2 arriving at {start:.0f} s ...")
+        if not quiet:
+            err.print(
+                f"simulating {trace.name} with {name}, v2 arriving at {start:.0f} s ...",
+                highlight=False,
+            )
         began = time.perf_counter()
         try:
             controller = factories[name](scenario, initial)
         except ValueError as exc:
-            err.print(f"  {name} cannot run this spec: {exc}")
+            if name == "servectl":
+                raise fail(
+                    f"{spec_file or 'the rollout spec'}: servectl cannot run it: {exc}"
+                ) from exc
+            err.print(f"  {name} cannot run this spec: {exc}", highlight=False, markup=False)
             continue
         results[name] = rollout_sim.simulate_rollout(scenario, controller, seed=seed)
-        if not as_json:
+        if not quiet:
             err.print(f"  done in {time.perf_counter() - began:.1f} s")
-    if as_json:
-        for result in results.values():
-            print(json.dumps(result.to_record()))
-    else:
-        header = [
-            "controller",
-            "SLO %",
-            "lost unready",
-            "lost cut",
-            "peak replicas",
-            "replica·s",
-            "rollout s",
-            "final phase",
-        ]
-        rows = []
-        for name, result in results.items():
-            rec = result.to_record()
-            duration = rec.get("rollout_duration_s")
-            rows.append(
-                [
-                    name,
-                    f"{result.slo_attainment * 100:.3f}",
-                    str(result.lost_unready),
-                    str(result.lost_cut),
-                    str(rec.get("peak_total_replicas")),
-                    f"{result.replica_seconds:.0f}",
-                    "never ended" if duration is None else f"{duration:.0f}",
-                    str(rec.get("final_phase")),
-                ]
-            )
-        _print_table(
-            f"{trace.name}: v2 ({canary_cost:g}x cost, {canary_error_rate:.0%} errors) from "
-            f"{start:.0f} s, {spec.strategy} rollout",
-            header,
-            rows,
+    records = [result.to_record() for result in results.values()]
+    header = [
+        "controller",
+        "SLO %",
+        "lost unready",
+        "lost cut",
+        "peak replicas",
+        "replica·s",
+        "rollout s",
+        "final phase",
+    ]
+    rows = []
+    wide_rows = []
+    for name, rec in zip(results, records, strict=True):
+        duration = rec.get("rollout_duration_s")
+        rows.append(
+            [
+                name,
+                f"{rec['slo_attainment'] * 100:.3f}",
+                str(rec["lost_unready"]),
+                str(rec["lost_cut"]),
+                str(rec.get("peak_total_replicas")),
+                f"{rec['replica_seconds']:.0f}",
+                "never ended" if duration is None else f"{duration:.0f}",
+                str(rec.get("final_phase")),
+            ]
         )
+        wide_rows.append([f"{rec['requests']:,}", str(rec["failed"]), str(rec["errors"])])
+    console.emit(
+        output,
+        title=f"{trace.name}: v2 ({canary_cost:g}x cost, {canary_error_rate:.0%} errors) from "
+        f"{start:.0f} s, {spec.strategy} rollout",
+        header=header,
+        rows=rows,
+        records=records,
+        wide_header=["requests", "failed", "errors"],
+        wide_rows=wide_rows,
+    )
+    if not quiet:
         ours = results["servectl"]
-        err.print(
+        out.print(
             "servectl's rollout: "
-            + " -> ".join(f"{phase} at {when:.0f} s" for when, phase in ours.phases)
+            + " -> ".join(f"{phase} at {when:.0f} s" for when, phase in ours.phases),
+            highlight=False,
+            markup=False,
         )
     if plot is not None:
         from servectl.sim import plot as sim_plot
 
         written = sim_plot.plot_rollouts(results, plot, svc.slo_ms, start_s=start)
-        if not as_json:
-            err.print(f"wrote {written}")
+        if not quiet:
+            err.print(f"wrote {written}", highlight=False, markup=False)

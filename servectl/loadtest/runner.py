@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from servectl.loadtest import payload, shapes
 
@@ -42,6 +44,14 @@ _UNREACHABLE = re.compile(
 
 class LoadTestError(RuntimeError):
     """Locust could not run (missing, bad options, crashed); the message says what to do."""
+
+
+class UnreachableError(LoadTestError):
+    """Nothing listens at --target or --grpc: found before Locust starts, in seconds."""
+
+
+# Seconds a pre-flight connection may take before the target counts as unreachable.
+PREFLIGHT_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -296,6 +306,46 @@ def build_command(
     return cmd + list(config.extra_args)
 
 
+def _endpoints(config: LoadTestConfig) -> list[tuple[str, str, str, int]]:
+    """(option, as given, host, port) of every server the load test will call."""
+    found = []
+    if config.protocol in ("rest", "both") and config.target:
+        parts = urlsplit(config.target)
+        default = 443 if parts.scheme == "https" else 80
+        try:
+            port = parts.port or default
+        except ValueError:  # a port out of range: check() names it first normally
+            raise shapes.ShapeError(
+                f"--target {config.target!r}: the port is not 0-65535"
+            ) from None
+        found.append(("--target", config.target, parts.hostname or "", port))
+    if config.protocol in ("grpc", "both") and config.grpc:
+        host, _, port_text = config.grpc.rpartition(":")
+        port = int(port_text)
+        if port > 65535:
+            raise shapes.ShapeError(f"--grpc {config.grpc!r}: the port is not 0-65535")
+        found.append(("--grpc", config.grpc, host.strip("[]"), port))
+    return found
+
+
+def preflight(config: LoadTestConfig, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """Raise :class:`UnreachableError` when a server the test would call does not accept
+    a TCP connection, so an unreachable target is said in seconds, not after --duration."""
+    for option, given, host, port in _endpoints(config):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                reason = f"no answer in {timeout_s:g} s"
+            raise UnreachableError(
+                f"target unreachable: {option} {given}: cannot connect to {host}:{port} "
+                f"({reason}); check {option} and that the server is running "
+                "(servectl model-server --rest_api_port=8501 --port=8500 ...)"
+            ) from exc
+
+
 def run(
     config: LoadTestConfig,
     *,
@@ -307,9 +357,11 @@ def run(
     """Run the load test; raises ValueError (bad options, see ``check``) or ``LoadTestError``.
 
     Locust's own output goes to ``config.log_file``; ``progress`` gets a ``Progress`` every
-    ``progress_every_s`` seconds. Failed requests do not raise: read ``summary``.
+    ``progress_every_s`` seconds. Failed requests do not raise: read ``summary``. A target
+    that takes no connection raises :class:`UnreachableError` before Locust starts.
     """
     config.check()
+    preflight(config)
     if python == sys.executable and not locust_available():
         raise LoadTestError(
             "Locust is not installed: pip install 'servectl[serving]' (or pip install locust)"
@@ -516,12 +568,14 @@ __all__: Sequence[str] = (
     "Progress",
     "RequestStats",
     "Summary",
+    "UnreachableError",
     "build_command",
     "failure_rate_exceeded",
     "format_rows",
     "locust_available",
     "parse_failures_csv",
     "parse_stats_csv",
+    "preflight",
     "run",
     "summarize",
 )

@@ -51,6 +51,7 @@ class Reason:
 
     OK = "MetricsFresh"
     UNREACHABLE = "PrometheusUnreachable"
+    NOT_PROMETHEUS = "NotPrometheus"  # something answers at the URL, but not Prometheus' API
     TIMEOUT = "QueryTimeout"
     QUERY_ERROR = "QueryError"
     LABEL_MISSING = "LabelMissing"

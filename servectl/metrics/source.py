@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import time as _time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,15 @@ class PrometheusSource:
                 Reason.UNREACHABLE,
                 f"{signal}: Prometheus at {self.url} is unreachable ({_short(exc)}): is it "
                 "running, and is --prometheus the right URL?",
+            )
+        not_prometheus = _not_prometheus(exc)
+        if not_prometheus is not None:
+            return Problem(
+                signal,
+                Reason.NOT_PROMETHEUS,
+                f"{signal}: {self.url} is not a Prometheus API ({not_prometheus}); "
+                "--prometheus must be Prometheus' base URL, e.g. http://prometheus:9090 "
+                "(with its --web.route-prefix, if it has one)",
             )
         if isinstance(exc, PrometheusApiClientException):
             text = str(exc)
@@ -317,6 +327,40 @@ def _short(exc: Exception) -> str:
         if marker in text:
             return marker.lower()
     return text[:160]
+
+
+_STATUS_RE = re.compile(r"HTTP Status Code (\d{3}) \((b['\"].*)\)$", re.DOTALL)
+
+
+def _not_prometheus(exc: Exception) -> str | None:
+    """What gives away an answer that is not Prometheus' HTTP API, else None.
+
+    Prometheus answers every query with JSON: ``{"status": "success", "data": {...}}``,
+    or on an error ``{"status": "error", "errorType": ..., "error": ...}`` with 4xx/5xx.
+    A 200 that does not parse or lacks ``data.result`` (the client raises ValueError,
+    KeyError or TypeError), or a 4xx whose body is not that error JSON, comes from
+    something else: a web server, another API, a wrong path. A 5xx without it is left
+    to the caller: a proxy whose Prometheus is down says 502/503.
+    """
+    if isinstance(exc, json.JSONDecodeError):  # requests' own subclasses it too
+        return "its answer is not JSON"
+    if isinstance(exc, (KeyError, TypeError)):
+        return "its answer has no data.result"
+    if not isinstance(exc, PrometheusApiClientException):
+        return None
+    match = _STATUS_RE.search(str(exc))
+    if match is None:
+        return None
+    status = int(match.group(1))
+    if status >= 500 and status != 501:  # 501: the server does not take POST at all
+        return None
+    try:
+        body = json.loads(ast.literal_eval(match.group(2)))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        body = None
+    if isinstance(body, dict) and body.get("status") == "error" and "errorType" in body:
+        return None  # Prometheus itself refused the query
+    return f"POST /api/v1/query answered HTTP {status} without Prometheus' error JSON"
 
 
 def _prom_error(text: str) -> str:

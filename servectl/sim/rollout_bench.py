@@ -255,3 +255,22 @@ def table(records: Sequence[RolloutRecord]) -> tuple[list[str], list[list[str]]]
             ]
         )
     return header, rows
+
+
+def wide_columns(records: Sequence[RolloutRecord]) -> tuple[list[str], list[list[str]]]:
+    """Extra columns for ``-o wide``: requests, all lost requests, cost, when it started."""
+    header = ["requests", "lost", "lost no rollout", "replica·s", "started s"]
+    rows = []
+    for r in records:
+        rec = r.to_record()
+        started = rec["rollout_start_s"]
+        rows.append(
+            [
+                f"{rec['requests']:,}",
+                str(rec["lost"]),
+                str(rec["lost_no_rollout"]),
+                f"{rec['replica_seconds']:,.0f}",
+                "—" if started is None else f"{started:.0f}",
+            ]
+        )
+    return header, rows

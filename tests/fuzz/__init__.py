@@ -1,1 +1,1 @@
-"""Fuzz targets (hypothesis): bad input never crashes a parser; docs/fuzzing.md says how to run them longer."""
+"""Fuzz targets (hypothesis): bad input never crashes a parser (docs/fuzzing.md)."""

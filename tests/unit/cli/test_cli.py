@@ -259,12 +259,19 @@ def test_bench_micro_json_prints_the_figures(fast_micro: None) -> None:
     }
 
 
-def test_bench_micro_prints_one_figure_a_line(fast_micro: None) -> None:
+def test_bench_micro_prints_one_figure_a_row(fast_micro: None) -> None:
     result = servectl("bench", "--micro")
     assert result.exit_code == 0, result.output
-    lines = dict(line.rsplit(maxsplit=1) for line in result.stdout.splitlines())
-    assert lines["simulate_1h_1000rps_fixed_s"] == "2.5"
-    assert lines["decide_us[hpa]"] == "42.0"
+    rows = {
+        cells[0]: cells[1]
+        for line in result.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) == 2
+    }
+    assert rows["simulate_1h_1000rps_fixed_s"] == "2.5"
+    assert rows["decide_us[hpa]"] == "42"
+    as_json = servectl("bench", "--micro", "-o", "json")
+    (figures,) = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert figures["simulate_1h_1000rps_fixed_s"] == 2.5 and figures["decide_us[hpa]"] == 42.0
 
 
 # ----------------------------------------------------------------------------- policy eval

@@ -35,7 +35,8 @@ def test_rollout_simulate_promotes_a_good_canary_and_plots(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "servectl" in result.stdout and "argo-style" in result.stdout
-    assert "Progressing at 120 s -> Completed" in result.stderr
+    # The phase timeline is a result to keep: on stdout, whole, even in a pipe.
+    assert "Progressing at 120 s -> Completed" in result.stdout
     assert png.stat().st_size > 10_000
 
 

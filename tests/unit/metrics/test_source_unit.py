@@ -232,8 +232,17 @@ def test_one_signal_rejected_the_others_fine(prometheus: FakePrometheus) -> None
             {"status": "error", "errorType": "execution", "error": "many-to-many matching"},
             Reason.QUERY_ERROR,
         ),
-        (200, b"<html>not prometheus</html>", Reason.QUERY_ERROR),
-        (200, {"status": "success"}, Reason.QUERY_ERROR),  # no data
+        # Something that is not Prometheus' API answers: said as such (issue 11).
+        (200, b"<html>not prometheus</html>", Reason.NOT_PROMETHEUS),
+        (200, {"status": "success"}, Reason.NOT_PROMETHEUS),  # no data
+        (404, b"<html>no such page</html>", Reason.NOT_PROMETHEUS),
+        (400, {"detail": "not this API"}, Reason.NOT_PROMETHEUS),
+        (501, b"Unsupported method ('POST')", Reason.NOT_PROMETHEUS),
+        (
+            400,
+            {"status": "error", "errorType": "bad_data", "error": "parse error"},
+            Reason.QUERY_ERROR,
+        ),
         (
             200,
             {"status": "success", "data": {"resultType": "scalar", "result": [1000, "1"]}},
@@ -257,7 +266,11 @@ def test_odd_answers_never_raise(
     assert {p.signal for p in snap.problems} == set(SIGNALS)
     assert {p.reason for p in snap.problems} == {reason}
     if reason == Reason.QUERY_ERROR and isinstance(body, dict) and "error" in body:
-        assert all("many-to-many matching" in p.message for p in snap.problems)
+        assert all(str(body["error"]) in p.message for p in snap.problems)
+    if reason == Reason.NOT_PROMETHEUS:
+        assert all("is not a Prometheus API" in p.message for p in snap.problems)
+        assert all("--prometheus must be" in p.message for p in snap.problems)
+        assert not any("config" in p.message for p in snap.problems)
     assert condition(snap, "prod", "svc").status is ConditionStatus.FALSE
 
 
