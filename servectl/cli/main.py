@@ -651,14 +651,24 @@ def policy_test(
 
 
 @policy_app.command("list")
-def policy_list() -> None:
+def policy_list(output: console.OutputOption = Output.TABLE) -> None:
     """List the built-in policies and the ready-made CEL policies in ./policies."""
     from servectl.autoscaling import registry
 
-    for name in registry.names():
-        out.print(f"{name:12s} built-in", markup=False)
-    for path in sorted(Path("policies").glob("*.yaml")):
-        out.print(f"{path.stem:12s} CEL ({path})", markup=False)
+    records: list[dict[str, Any]] = [
+        {"name": name, "kind": "built-in", "file": None} for name in registry.names()
+    ]
+    records += [
+        {"name": path.stem, "kind": "CEL", "file": str(path)}
+        for path in sorted(Path("policies").glob("*.yaml"))
+    ]
+    console.emit(
+        output,
+        title="policies (--policy NAME, or --policy-file FILE for CEL)",
+        header=["name", "kind", "file"],
+        rows=[[r["name"], r["kind"], r["file"] or ""] for r in records],
+        records=records,
+    )
 
 
 # --------------------------------------------------------------------------- specs
