@@ -49,7 +49,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # ----------------------------------------------------------------------------- scalars
 
 # Strict numbers: the API server types these fields as integer/number, so the string
-# "3" or the boolean true must fail here too, or `servectl deploy` would accept a file
+# "3" or the boolean true must fail here too, or a deploy would accept a file
 # that `kubectl apply` rejects.
 Int = Annotated[int, Strict()]
 Number = Annotated[float, Strict()]  # strict float still takes integers
@@ -720,7 +720,7 @@ class PauseStep(SpecModel):
     """Hold the current weights."""
 
     seconds: Int | None = Field(
-        default=None, ge=0, description="Omitted: until `servectl rollout resume`."
+        default=None, ge=0, description="Omitted: until a person resumes the rollout."
     )
 
 
@@ -1083,8 +1083,8 @@ class AbTestSpec(SpecModel):
     )
     promote_winner: Bool = Field(
         default=True,
-        description="Promote B when it wins; when A wins B is removed. false: wait for "
-        "`servectl rollout promote` or abort either way.",
+        description="Promote B when it wins; when A wins B is removed. false: wait for a "
+        "person to promote or abort either way.",
     )
 
     @model_validator(mode="after")
@@ -1118,8 +1118,8 @@ class BlueGreenSpec(SpecModel):
 
     auto_promote: Bool = Field(
         default=True,
-        description="Switch once the steps pass; false: wait at the preview until "
-        "`servectl rollout promote`.",
+        description="Switch once the steps pass; false: wait at the preview until a "
+        "person promotes it.",
     )
     scale_down_delay_seconds: Int = Field(
         default=30,
@@ -1313,7 +1313,7 @@ class RolloutSpec(SpecModel):
                     f"setWeight {step.set_weight} after {previous[1]} (steps[{previous[0]}]): "
                     "canary weights only go up",
                     field=("steps", index, "setWeight"),
-                    fix="to send traffic back, abort (`servectl rollout abort`); otherwise "
+                    fix="to send traffic back, abort the rollout instead; otherwise "
                     f"use a weight >= {previous[1]}",
                 )
             previous = (index, step.set_weight)
@@ -1433,7 +1433,7 @@ class RolloutPhase(enum.StrEnum):
     - ``Progressing``: the steps are running (capacity, weights, analysis).
     - ``Paused``: waiting for a person (a ``pause`` step without seconds, a blueGreen
       preview without autoPromote, or an analysis that ran out of extensions);
-      ``servectl rollout resume`` or ``promote`` continues.
+      a person's resume or promote continues.
     - ``Completed``: the new revision serves everything; the old one is being removed.
     - ``Aborted``: a check failed or a person aborted; traffic is back on the stable
       revision. Changing the version starts a new rollout.

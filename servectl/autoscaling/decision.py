@@ -1,7 +1,7 @@
 """A policy's output: the replica count, the signal that won, and a reason code.
 
-Every decision carries a reason code that ends up in status, events and
-``servectl explain``; ``detail`` is the human sentence behind it.
+Every decision carries a reason code that ends up in status, events and the output of
+``servectl policy eval``; ``detail`` is the human sentence behind it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Reason(enum.StrEnum):
 class Decision:
     """``replicas`` is what to apply; ``recommended`` what the policy wanted before
     ``mode: recommend`` kept the current count. ``proposals`` holds each signal's raw
-    proposal (replicas, possibly fractional) for ``servectl explain``."""
+    proposal (replicas, possibly fractional), to explain the decision."""
 
     replicas: int
     reason: Reason

@@ -47,7 +47,7 @@ from servectl.rollout.counters import Counters
 class Phase(enum.StrEnum):
     IDLE = "Idle"  # only the stable revision; no rollout yet
     PROGRESSING = "Progressing"  # steps running
-    PAUSED = "Paused"  # waiting for `servectl rollout resume` / `promote`
+    PAUSED = "Paused"  # waiting for a person: a resume or promote operation
     COMPLETED = "Completed"  # the new version is stable (or an A/B test kept A)
     ABORTED = "Aborted"  # traffic back on stable; the new revision is removed
     DEGRADED = "Degraded"  # past the progress deadline: the new revision does not get ready
@@ -172,21 +172,21 @@ def command(
         if not state.active:
             raise RolloutError(
                 f"no rollout is running (phase {state.phase}); nothing to abort",
-                "to go back to the previous version use `servectl rollout undo`",
+                "to go back to the previous version, roll out that version again",
             )
         return _abort(state, now, "aborted by the user", hard=False)
     if op is Op.PAUSE:
         if state.phase is not Phase.PROGRESSING:
             raise RolloutError(
                 f"only a progressing rollout can be paused (phase {state.phase})",
-                "check `servectl rollout status`",
+                "check the rollout's phase (status.rollout.phase)",
             )
         return replace(state, phase=Phase.PAUSED, user_paused=True, message="paused by the user")
     if op is Op.RESUME:
         if state.phase not in (Phase.PAUSED, Phase.DEGRADED):
             raise RolloutError(
                 f"the rollout is not paused (phase {state.phase})",
-                "nothing to resume; `servectl rollout status` shows where it stands",
+                "nothing to resume; status.rollout.phase shows where it stands",
             )
         resumed = replace(
             state, phase=Phase.PROGRESSING, user_paused=False, message="resumed", wait_since=None
@@ -199,7 +199,7 @@ def command(
         if not state.active:
             raise RolloutError(
                 f"no rollout is running (phase {state.phase}); nothing to promote",
-                "start one with `servectl rollout start --version N`",
+                "start a rollout of a new version first",
             )
         base = replace(state, phase=Phase.PROGRESSING, user_paused=False, wait_since=None)
         if op is Op.PROMOTE_FULL or spec.strategy is not models.RolloutStrategy.CANARY:
@@ -211,7 +211,7 @@ def command(
         if state.phase is not Phase.ABORTED or state.canary is None:
             raise RolloutError(
                 f"only an aborted rollout can be retried (phase {state.phase})",
-                "start a new version with `servectl rollout start --version N`",
+                "start a rollout of a new version instead",
             )
         return _restart(state, state.canary, now, "retrying from step 0")
     if state.active:  # Op.UNDO during a rollout: back to stable, which is an abort
@@ -219,7 +219,7 @@ def command(
     if state.previous_stable is None:
         raise RolloutError(
             f"there is no previous version to go back to (serving v{state.stable})",
-            "roll out a specific version with `servectl rollout start --version N`",
+            "start a rollout of the version you want instead",
         )
     target = state.previous_stable
     undone = _restart(state, target, now, f"undo: back to v{target}")
@@ -230,7 +230,7 @@ def _start(
     state: RolloutState, spec: models.RolloutSpec, now: float, version: int | None
 ) -> RolloutState:
     if version is None:
-        raise RolloutError("start needs a version", "pass --version N")
+        raise RolloutError("start needs a version", "name the model version to roll out")
     if version < 1:
         raise RolloutError(f"version {version} is not a model version", "versions are >= 1")
     if version == state.stable and not state.active:

@@ -720,7 +720,10 @@ def test_blue_green_rollback_within_the_delay_is_instant() -> None:
     # changes nothing.
     refused = [r for r in run.controller.ticks if r.errors]
     assert [r.time for r in refused] == [undo_at - TICK_S]
-    assert "nothing to abort" in refused[0].errors[0] and "rollout undo" in refused[0].errors[0]
+    assert (
+        "nothing to abort" in refused[0].errors[0]
+        and "roll out that version again" in refused[0].errors[0]
+    )
     assert run.weight(2)[undo_at - 1] == 100
     # Undo: back to v1 in the very tick of the command, all of it, nothing lost.
     assert (run.weight(1)[undo_at], run.weight(2)[undo_at]) == (100, 0)
@@ -785,13 +788,13 @@ def test_refused_commands_are_reported_and_change_nothing() -> None:
     assert sorted(errors) == [int(e.time) for e in refused]
     assert all(len(e) == 1 for e in errors.values())
     expected = {
-        20: ("abort: no rollout is running", "rollout undo"),
+        20: ("abort: no rollout is running", "roll out that version again"),
         30: ("resume: the rollout is not paused", "nothing to resume"),
-        40: ("undo: there is no previous version", "--version N"),
+        40: ("undo: there is no previous version", "the version you want"),
         50: ("start: v1 is already the stable version", "pick another"),
-        100: ("resume: the rollout is not paused (phase Progressing)", "rollout status"),
+        100: ("resume: the rollout is not paused (phase Progressing)", "status.rollout.phase"),
         110: ("start: v2 is already rolling out", "promote, pause or abort"),
-        120: ("retry: only an aborted rollout can be retried", "--version N"),
+        120: ("retry: only an aborted rollout can be retried", "a new version instead"),
     }
     for at, (message, fix) in expected.items():
         assert errors[at][0].startswith(message) and fix in errors[at][0], errors[at]

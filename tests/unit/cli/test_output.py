@@ -43,7 +43,18 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 SIMULATE = ("simulate", "--trace", "step", "--minutes", "2", "--compare", "oracle")
-ROLLOUT = ("rollout", "simulate", "--trace", "step", "--minutes", "6", "--at", "60", "--compare", "")
+ROLLOUT = (
+    "rollout",
+    "simulate",
+    "--trace",
+    "step",
+    "--minutes",
+    "6",
+    "--at",
+    "60",
+    "--compare",
+    "",
+)
 
 
 # ----------------------------------------------------------------------------- pipes

@@ -343,3 +343,28 @@ def test_demo_half_plus_two_answers_tf_servings_documented_rest_examples(exporte
     assert status == 200 and [round(v, 6) for v in got["results"]] == [2.5, 4.5]
     status, got = api.handle("GET", "/v1/models/half_plus_two", b"")
     assert status == 200 and got["model_version_status"][0]["state"] == "AVAILABLE"
+
+
+def test_the_documented_curl_examples_answer_as_written(exported: Any) -> None:
+    """docs/modelserver.md's "Running" block, replayed against export-demo's models.config:
+    every ``curl -d BODY URL`` answers the ``# {...}`` line under it."""
+    import json
+    import re
+
+    from servectl.modelserver.models import ModelManager, parse_model_config_text
+    from servectl.modelserver.rest import RestApi
+
+    base, _ = exported
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "modelserver.md").read_text()
+    block = doc.split("## Running", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert "--model_config_file=models/models.config" in block
+    calls = re.findall(
+        r"curl -d '(?P<body>[^']*)' \\\n\s+localhost:8501(?P<path>\S+)\n# (?P<answer>\{.*\})",
+        block,
+    )
+    assert len(calls) == 2
+    manager = ModelManager()
+    manager.load(parse_model_config_text(demo.model_config_text(base, ["half_plus_two"])))
+    api = RestApi(manager)
+    for body, path, answer in calls:
+        assert api.handle("POST", path, body.encode()) == (200, json.loads(answer)), path
