@@ -123,10 +123,13 @@ def loadtest(
       servectl model export-demo models/
       servectl model-server --model_config_file=models/models.config \\
           --port=8500 --rest_api_port=8501 &
-      servectl loadtest --model cost_model --shape step --rps 20 --peak-rps 60 --duration 30s
-      servectl loadtest --grpc 127.0.0.1:8500 --protocol grpc --users 8 --duration 20s
-      servectl loadtest --ab-header x-model-variant=b --ab-share 0.5 --max-failure-rate 0.01
-      servectl loadtest --trace load.csv --speedup 60 --json
+      servectl loadtest --model cost_model --shape step --rps 20 --peak-rps 60 \\
+          --duration 30s
+      servectl loadtest --grpc 127.0.0.1:8500 --protocol grpc --users 8 \\
+          --duration 20s
+      servectl loadtest --ab-header x-model-variant=b --ab-share 0.5 \\
+          --max-failure-rate 0.01
+      servectl loadtest --trace load.csv --speedup 60 -o json
     """
     from servectl.loadtest import runner, shapes
 

@@ -115,9 +115,11 @@ def simulate(
 
     Every policy sees the same arrivals, cold start and Prometheus-like metrics. The
     table shows SLO attainment (share of requests under the latency SLO), replica-seconds
-    (cost) and scale actions. Example:
+    (cost) and scale actions.
 
-        servectl simulate --trace step --compare hpa,kpa --plot out/step.png
+    \b
+    Example:
+      servectl simulate --trace step --compare hpa,kpa --plot out/step.png
     """
     from servectl.cli import format as fmt
     from servectl.sim import plot as sim_plot
@@ -505,9 +507,12 @@ def policy_eval(
 
     With one snapshot, one JSON object; with a trace, one JSON line per snapshot, state
     carried between them and each snapshot's replicas.current set to the previous
-    decision. Example:
+    decision.
 
-        servectl policy eval docs/examples/snapshot.json --policy-file policies/latency-slo.yaml
+    \b
+    Example:
+      servectl policy eval docs/examples/snapshot.json \\
+          --policy-file policies/latency-slo.yaml
     """
     from servectl.autoscaling import registry, snapshot
     from servectl.autoscaling.config import SignalTarget, SignalType

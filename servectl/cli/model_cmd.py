@@ -65,9 +65,11 @@ def export_demo_cmd(
       3  failing: fails --fail-share of requests (InvalidArgument)
       4  slow: cost --cost x --slow-factor
 
-    Every version has assets.extra/tf_serving_warmup_requests. Example:
+    Every version has assets.extra/tf_serving_warmup_requests.
 
-        servectl model export-demo models/ --models cost_model --fail-share 0.2
+    \b
+    Example:
+      servectl model export-demo models/ --models cost_model --fail-share 0.2
     """
     from servectl.modelserver import demo
 

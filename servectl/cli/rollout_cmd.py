@@ -64,9 +64,12 @@ def simulate_rollout_cmd(
     servectl's loop (autoscaler + rollout + planner) drives both revisions; the same
     rollout spec is given to the emulated peers. Reported: SLO attainment, requests
     lost to unready capacity or cut by a shrink, peak replicas, the rollout's duration and
-    its final phase, plus servectl's phase timeline (on stdout, to keep). Example:
+    its final phase, plus servectl's phase timeline (on stdout, to keep).
 
-        servectl rollout simulate --trace step --canary-error-rate 0.05 --plot out/abort.png
+    \b
+    Example:
+      servectl rollout simulate --trace step --canary-error-rate 0.05 \\
+          --plot out/abort.png
     """
     from servectl import specfile
     from servectl.api import models, validation

@@ -231,3 +231,45 @@ def test_metrics_show_says_the_url_is_not_prometheus(web_page: str) -> None:
     as_json = servectl("metrics", "show", "-p", web_page, "-o", "json")
     (doc,) = json_lines(as_json.stdout)
     assert {p["reason"] for p in doc["problems"]} == {"NotPrometheus"}
+
+
+# ----------------------------------------------------------------------------- help
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, command in sorted(group.commands.items()):
+        if hasattr(command, "commands"):  # a group
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def _all_commands() -> list[tuple[tuple[str, ...], Any]]:
+    import typer.main
+
+    return list(_commands(typer.main.get_command(cli_main.app)))
+
+
+def test_every_command_is_covered() -> None:
+    names = {" ".join(path) for path, _ in _all_commands()}
+    assert {"simulate", "bench", "validate", "loadtest", "policy eval", "rollout simulate"} <= names
+
+
+@pytest.mark.parametrize(
+    "path", [path for path, _ in _all_commands() if path != ("model-server",)], ids=" ".join
+)
+def test_help_examples_do_not_wrap_mid_command(path: tuple[str, ...]) -> None:
+    """Every example line of a command's docstring shows whole at 80 columns, and a
+    long example is continued with a backslash, never folded by the help formatter."""
+    command = dict(_all_commands())[path]
+    result = runner.invoke(cli_main.app, [*path, "--help"], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    shown = [line.strip() for line in result.stdout.splitlines()]
+    examples = [
+        line.strip()
+        for line in (command.help or "").splitlines()
+        if line.strip().startswith(("servectl ", "--", "nvidia-smi ")) and line.startswith("  ")
+    ]
+    for example in examples:
+        assert example in shown, f"{' '.join(path)} --help folds {example!r}"
+        assert len(example) <= 76, f"{example!r}: continue it with a backslash"
