@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -87,6 +89,20 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
+
+
+def output_file(path: Path, option: str) -> Path:
+    """Check before a long run that ``path`` can be written (making its folder); the
+    error names the option. The file itself is written later."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"{option} {path}: cannot make {path.parent} ({exc.strerror or exc})") from exc
+    if path.is_dir():
+        raise fail(f"{option} {path}: is a directory; give a file name, e.g. {path / 'out.png'}")
+    if not os.access(path.parent, os.W_OK):
+        raise fail(f"{option} {path}: {path.parent} is not writable")
+    return path
 
 
 def print_table(

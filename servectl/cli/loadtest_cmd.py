@@ -192,6 +192,8 @@ def loadtest(
         raise fail(str(exc)) from exc
     except runner.LoadTestError as exc:
         raise fail(str(exc), EXIT_LOCUST) from exc
+    except OSError as exc:  # --out not writable
+        raise fail(f"--out {out_dir}: {exc.strerror or exc}", EXIT_LOCUST) from exc
     summary = result.summary
     header, rows = runner.format_rows(summary)
     console.emit(

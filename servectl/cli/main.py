@@ -127,6 +127,8 @@ def simulate(
 
     output = console.resolve(output, as_json)
     quiet = output.machine
+    if plot is not None:
+        console.output_file(plot, "--plot")
     svc = suite.service()
     trace = _load_trace(trace_name, csv, seed, minutes)
     names = [policy] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != policy]
@@ -167,10 +169,12 @@ def simulate(
         wide_rows=fmt.simulate_wide_rows(results),
     )
     if plot is not None:
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        sim_plot.plot_timeline(
-            results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}"
-        )
+        try:
+            sim_plot.plot_timeline(
+                results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}"
+            )
+        except OSError as exc:
+            raise fail(f"--plot {plot}: cannot write it ({exc.strerror or exc})", 1) from exc
         if not quiet:
             out.print(f"timeline written to {plot}", highlight=False, markup=False)
 
@@ -710,7 +714,11 @@ def crds_generate(
     """Regenerate the CRD YAML from the resource model (commit the result)."""
     from servectl import specfile
 
-    for path in specfile.write_crds(out_dir):
+    try:
+        written = specfile.write_crds(out_dir)
+    except OSError as exc:
+        raise fail(f"--out {out_dir}: cannot write there ({exc.strerror or exc})", 1) from exc
+    for path in written:
         out.print(f"wrote {path}", highlight=False, markup=False)
 
 
@@ -729,8 +737,31 @@ def model_server(ctx: typer.Context) -> None:
     raise typer.Exit(server_main(list(ctx.args)))
 
 
+# Exit status for an unexpected error (a bug), as sysexits' EX_SOFTWARE.
+EXIT_INTERNAL = 70
+
+
 def main() -> None:
-    app()
+    """The console script: bad input gets a message from its command; what still escapes
+    is an environment error (one line, exit 1) or a bug (one line and how to see the
+    traceback, exit 70), never a traceback on a user's terminal."""
+    import os
+
+    try:
+        app()
+    except OSError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        sys.exit(1)
+    except Exception as exc:
+        if os.environ.get("SERVECTL_DEBUG"):
+            raise
+        err.print(
+            f"[bold red]internal error (a bug in servectl):[/] {escape(type(exc).__name__)}: "
+            f"{escape(str(exc))}\nrun it again with SERVECTL_DEBUG=1 for the traceback, and "
+            "please report it",
+            highlight=False,
+        )
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

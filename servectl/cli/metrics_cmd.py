@@ -57,6 +57,20 @@ def load_config(path: Path | None, namespaces: list[str] | None = None) -> Any:
     return config
 
 
+def check_url(url: str, option: str) -> None:
+    """An http(s) URL with a host, or exit 2 naming the option."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise _fail(f"{option} {url!r}: not a URL ({exc}); e.g. http://127.0.0.1:9090") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(f"{option} {url!r}: give an http(s) URL, e.g. http://127.0.0.1:9090")
+    del port
+
+
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -96,6 +110,7 @@ def show(
     from servectl.metrics.source import PrometheusSource
 
     output = console.resolve(output, as_json)
+    check_url(prometheus, "--prometheus")
     config = load_config(config_file, namespace)
     source = PrometheusSource(prometheus, config)
     snap = source.snapshot()

@@ -78,6 +78,8 @@ def simulate_rollout_cmd(
 
     output = console.resolve(output, as_json)
     quiet = output.machine
+    if plot is not None:
+        console.output_file(plot, "--plot")
     svc = suite.service()
     if spec_file is not None:
         try:
@@ -189,6 +191,9 @@ def simulate_rollout_cmd(
     if plot is not None:
         from servectl.sim import plot as sim_plot
 
-        written = sim_plot.plot_rollouts(results, plot, svc.slo_ms, start_s=start)
+        try:
+            written = sim_plot.plot_rollouts(results, plot, svc.slo_ms, start_s=start)
+        except OSError as exc:
+            raise fail(f"--plot {plot}: cannot write it ({exc.strerror or exc})", 1) from exc
         if not quiet:
             err.print(f"wrote {written}", highlight=False, markup=False)
