@@ -135,18 +135,69 @@ def _where(file: Path, document: _Document) -> str:
     return f"{file}:{line}" if line else str(file)
 
 
+# A resource is a few levels deep; these bound what a hostile file can make the parser and
+# the validator walk (deep nesting, aliases that refer to themselves or fan out).
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+
+
+def _check_graph(file: Path, node: yaml.Node) -> None:
+    """Refuse a composed document that is too deep, refers to itself through an alias,
+    or expands (aliases counted each time they are used) past MAX_NODES nodes."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def where(at: yaml.Node) -> str:
+        return f"{file}:{at.start_mark.line + 1}:{at.start_mark.column + 1}"
+
+    def size(at: yaml.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise SpecFileError(f"{where(at)}: nested deeper than {MAX_DEPTH} levels")
+        key = id(at)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise SpecFileError(f"{where(at)}: an alias refers to the node that holds it")
+        on_path.add(key)
+        total = 1
+        if isinstance(at, yaml.SequenceNode):
+            children: list[yaml.Node] = list(at.value)
+        elif isinstance(at, yaml.MappingNode):
+            children = [part for pair in at.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_NODES:
+                raise SpecFileError(
+                    f"{where(at)}: expands to more than {MAX_NODES:,} values "
+                    "(aliases counted each time they are used)"
+                )
+        on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    size(node, 0)
+
+
 def _decode_yaml(file: Path, text: str) -> list[_Document]:
-    loader = _Loader(text)
     documents: list[_Document] = []
+    try:
+        loader = _Loader(text)  # its reader already refuses control characters
+    except yaml.YAMLError as error:
+        raise SpecFileError(f"{file}: invalid YAML: {error}") from None
     try:
         while loader.check_node():
             node = loader.get_node()
+            _check_graph(file, node)
             documents.append(_Document(loader.construct_document(node), node))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(file)
         problem = getattr(error, "problem", None) or str(error)
         raise SpecFileError(f"{where}: invalid YAML: {problem}") from None
+    except RecursionError:  # the parser itself recurses once per level
+        raise SpecFileError(f"{file}: nested deeper than {MAX_DEPTH} levels") from None
     finally:
         loader.dispose()
     return documents
@@ -159,11 +210,15 @@ def _decode_json(file: Path, text: str) -> list[_Document]:
         raise SpecFileError(
             f"{file}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
         ) from None
+    except RecursionError:
+        raise SpecFileError(f"{file}: nested deeper than {MAX_DEPTH} levels") from None
     # JSON is YAML as far as structure goes: reuse the YAML node tree for line numbers.
     try:
         node: yaml.Node | None = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         node = None
+    if node is not None:
+        _check_graph(file, node)
     if isinstance(content, list):  # several resources in one JSON file
         return [_Document(item, _child(node, index)) for index, item in enumerate(content)]
     return [_Document(content, node)]

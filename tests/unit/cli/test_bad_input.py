@@ -39,6 +39,15 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "trace.csv").write_text("t,rps\n0,abc\n")
     (d / "empty.csv").write_text("")
     (d / "adir").mkdir()
+    (d / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "self.yaml").write_text("a: &x [*x]\n")
+    (d / "control.yaml").write_text("kind: \x1f\n")
+    # "Billion laughs": six lines that expand to a million values.
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcde", "bcdef", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]")
+    (d / "laughs.yaml").write_text("\n".join(lines) + "\n")
     return d
 
 
@@ -54,6 +63,11 @@ CASES: list[tuple[str, int, str]] = [
     ("validate {bad}/empty.yaml", 1, "no resources"),
     ("validate {bad}/dashes.yaml", 1, "no resources"),
     ("validate {bad}/missing.yaml", 1, "missing.yaml: cannot read"),
+    ("validate {bad}/deep.yaml", 1, "nested deeper than 64 levels"),
+    ("validate {bad}/deep.json", 1, "nested deeper than 64 levels"),
+    ("validate {bad}/self.yaml", 1, "an alias refers to the node that holds it"),
+    ("validate {bad}/control.yaml", 1, "unacceptable character #x001f"),
+    ("validate {bad}/laughs.yaml", 1, "expands to more than 100,000 values"),
     ("simulate --csv {bad}/trace.csv", 2, "trace.csv"),
     ("simulate --csv {bad}/empty.csv", 2, "empty.csv"),
     ("simulate --csv {bad}/adir", 2, "adir"),
