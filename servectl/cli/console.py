@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.table import Table
@@ -116,7 +117,8 @@ def print_table(
     rows = [list(row) for row in rows]
     # The title is a line of its own: as a table title it would wrap to the table's width.
     console.print(title, highlight=False, markup=False, style="italic")
-    table = Table()
+    # kubectl-like: a rule under the header, no borders, so wide tables fit more often.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for i, column in enumerate(header):
         widest = max([len(column), *(len(row[i]) for row in rows if i < len(row))])
         table.add_column(
