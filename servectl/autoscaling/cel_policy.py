@@ -274,7 +274,13 @@ def _short_syntax_message(text: str) -> str:
     """The first line of a diagnostic, without ANTLR's list of expected tokens."""
     inner = _INNER_MSG.search(text)
     if inner:
-        return inner.group(1)  # "Recursion limit of 96 exceeded"
+        depth = re.fullmatch(r"Recursion limit of (\d+) exceeded", inner.group(1))
+        if depth:
+            return (
+                f"the expression nests too deeply (more than {depth.group(1)} levels of "
+                "parentheses, brackets, braces or calls); flatten it"
+            )
+        return inner.group(1)
     match = _EXPECTING.match(text)
     if match:
         token = match.group(3)

@@ -67,7 +67,7 @@ def runtime_error(expr: str, **kwargs: Any) -> str:
         ("recommended ? 1", 1, 16, "ends too early"),
         ("{'replicas': 1", 1, 15, "ends too early"),
         ("recommended +\n\n   * 2", 3, 4, "unexpected '*'"),
-        ("(" * 99 + "1" + ")" * 99, 1, 97, "Recursion limit"),
+        ("(" * 99 + "1" + ")" * 99, 1, 97, "nests too deeply (more than 96 levels"),
     ],
 )
 def test_syntax_errors_carry_line_and_column(expr: str, line: int, column: int, says: str) -> None:
