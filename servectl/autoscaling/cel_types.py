@@ -193,8 +193,9 @@ _BINARY: Final[Mapping[str, int]] = {
     "*": 5, "/": 5, "%": 5,
 }  # fmt: skip
 
-#: Nesting deeper than this gives up (the library itself refuses more than 96 levels).
-_MAX_DEPTH: Final = 120
+#: Nesting deeper than this gives up, well within Python's recursion limit (the library
+#: itself refuses more than 96 levels before this check runs).
+_MAX_DEPTH: Final = 100
 
 
 def _union(left: Kinds, right: Kinds) -> Kinds:
