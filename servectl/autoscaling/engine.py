@@ -314,7 +314,8 @@ class EnginePolicy:
         if snap.signals.age_s > STALE_AFTER_S:
             stale = snap.signals.age_s
             snap = Snapshot(snap.time, snap.replicas, pods=snap.pods, rollout=snap.rollout)
-            stale_note = f"signals are {stale:.0f} s old (stale after {STALE_AFTER_S:.0f} s)"
+            age = f"{stale:.0f} s old" if math.isfinite(stale) else "of unknown age"
+            stale_note = f"signals are {age} (stale after {STALE_AFTER_S:.0f} s)"
         else:
             stale_note = ""
         state = dict(state)  # never mutate the caller's copy

@@ -74,6 +74,7 @@ def test_a_non_finite_age_is_unknown_so_stale(value: float) -> None:
     decision, _ = engine.EnginePolicy(config.AutoscalingConfig()).decide(snap, {})
     assert decision.reason is Reason.METRICS_MISSING
     assert decision.replicas == 4
+    assert "signals are of unknown age (stale after 60 s)" in decision.detail
 
 
 @pytest.mark.parametrize("value", NON_FINITE, ids=str)
