@@ -169,6 +169,8 @@ def _cel_issues(doc: object, cel_loc: Loc, params_loc: Loc | None) -> list[Issue
         return []  # the model reports a missing or mistyped expression
     try:
         compiled = cel_policy.compile_expression(expression)
+    except cel_policy.PolicyResultTypeError as error:
+        return [Issue(cel_loc, error.problem, error.fix)]
     except cel_policy.PolicyCompileError as error:
         if error.line is not None and error.column is not None:
             where = f" at {error.line}:{error.column}"

@@ -33,7 +33,7 @@ from typing import Any, Final
 import cel
 import cel.stdlib
 
-from servectl.autoscaling import snapshot
+from servectl.autoscaling import cel_types, snapshot
 
 #: The top-level variables a policy may name, in documentation order.
 VARIABLES: Final = ("signals", "replicas", "time", "rollout", "recommended", "params", "state")
@@ -77,6 +77,21 @@ class PolicyCompileError(ValueError):
         if self.column is None:
             return f"line {self.line}: {self.message}"
         return f"line {self.line}, column {self.column}: {self.message}"
+
+
+class PolicyResultTypeError(PolicyCompileError):
+    """The expression compiles but can never return replicas (``"hello"``,
+    ``{"replicas": "three"}``): found statically by :mod:`cel_types`, conservatively.
+
+    ``problem`` says what it returns; ``fix`` how to return replicas instead.
+    """
+
+    FIX: Final = 'return an int (the replica count) or {"replicas": n, "reason": "CODE"}'
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        self.fix = self.FIX
+        super().__init__(f"{problem}, never a replica count; {self.FIX}")
 
 
 class PolicyRuntimeError(RuntimeError):
@@ -259,7 +274,13 @@ def _short_syntax_message(text: str) -> str:
     """The first line of a diagnostic, without ANTLR's list of expected tokens."""
     inner = _INNER_MSG.search(text)
     if inner:
-        return inner.group(1)  # "Recursion limit of 96 exceeded"
+        depth = re.fullmatch(r"Recursion limit of (\d+) exceeded", inner.group(1))
+        if depth:
+            return (
+                f"the expression nests too deeply (more than {depth.group(1)} levels of "
+                "parentheses, brackets, braces or calls); flatten it"
+            )
+        return inner.group(1)
     match = _EXPECTING.match(text)
     if match:
         token = match.group(3)
@@ -380,8 +401,10 @@ def _analyse(source: str, program: Any) -> _Analysis:
 def compile_expression(expr: str) -> CompiledPolicy:
     """Compile a policy expression; raises :class:`PolicyCompileError` with the position.
 
-    Rejects empty expressions, syntax errors, unknown top-level variables and unknown
-    ``math.*`` functions. Compiled policies are cached by source text.
+    Rejects empty expressions, syntax errors, unknown top-level variables, unknown
+    ``math.*`` functions and (:class:`PolicyResultTypeError`) expressions whose result
+    can only be something other than replicas. Compiled policies are cached by source
+    text. Raises nothing else.
     """
     if not isinstance(expr, str):
         raise PolicyCompileError(f"expected the expression as a string, got {type(expr).__name__}")
@@ -414,6 +437,9 @@ def _compile_cached(expr: str) -> CompiledPolicy:
         raise
     except Exception as error:
         raise PolicyCompileError(f"could not analyse the expression: {error}") from None
+    problem = cel_types.result_problem(expr)
+    if problem is not None:
+        raise PolicyResultTypeError(problem)
     return CompiledPolicy(expr, program, analysis)
 
 

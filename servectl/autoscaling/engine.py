@@ -64,6 +64,27 @@ TREND_LONG_S = 60.0
 SATURATED = 0.9
 #: Fewest requests in the latency window for an observed percentile to teach anything.
 MIN_LATENCY_SAMPLES = 200.0
+#: A proposal above this (or infinite: huge signals overflow a double) is this: it asks
+#: for as many replicas as the rails allow either way, and stays printable.
+MAX_PROPOSAL = 1e15
+
+
+def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
+    """A proposal the arithmetic below can use: NaN (inf - inf from extreme signals) is
+    no proposal (a missing signal); anything else is clamped to [0, MAX_PROPOSAL]."""
+    if proposal is None or math.isnan(proposal.replicas):
+        return None
+    if not 0.0 <= proposal.replicas <= MAX_PROPOSAL:
+        clamped = min(max(proposal.replicas, 0.0), MAX_PROPOSAL)
+        return dataclasses.replace(proposal, replicas=clamped)
+    return proposal
+
+
+def _positive(value: float | None) -> float | None:
+    """A learnt estimate that divides: finite and > 0, else unknown."""
+    if value is None or not (math.isfinite(value) and value > 0):
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -105,7 +126,8 @@ class EnginePolicy:
         now = snap.time
         sig = snap.signals
         last_time = state.get("last_time")
-        dt = now - last_time if isinstance(last_time, int | float) else cfg.period_s
+        # Never negative: a replayed or restored state may come from a later time.
+        dt = max(0.0, now - last_time) if isinstance(last_time, int | float) else cfg.period_s
         rates: list[windows.Sample] = [(float(t), float(v)) for t, v in state.get("rates", [])]
         if sig.rps is not None:
             rates.append((now, sig.rps))
@@ -130,11 +152,15 @@ class EnginePolicy:
         elif service_s is None and sig.concurrency is not None and sig.rps and sig.rps > 1.0:
             # Little's law (includes queueing: an over-estimate, replaced once CPU shows up).
             service_s = sig.concurrency / sig.rps
+        # Service time divides capacities: zero CPU per request (a broken metric) or an
+        # overflow of extreme signals teaches nothing.
+        service_s = _positive(service_s)
 
         budget_s = state.get("wait_budget_s")
         target = self._latency_target
         if target is not None and service_s is not None:
             budget_s = self._learn_budget(snap, state, target, service_s, budget_s, dt, saturated)
+            budget_s = _positive(budget_s)
 
         rate = sig.rps
         overloaded_rate = self._overload_rate(snap, state, request_cores, service_s, saturated)
@@ -146,6 +172,8 @@ class EnginePolicy:
             long = windows.slope(rates, now, TREND_LONG_S)
             if short is not None and long is not None and short > 0 and long > 0:
                 projected = rate + min(short, long) * (cfg.cold_start_s + cfg.period_s)
+                if math.isnan(projected):  # inf - inf: extreme rates overflow
+                    projected = rate
 
         demand = signals.Demand(
             rate=rate,
@@ -286,7 +314,8 @@ class EnginePolicy:
         if snap.signals.age_s > STALE_AFTER_S:
             stale = snap.signals.age_s
             snap = Snapshot(snap.time, snap.replicas, pods=snap.pods, rollout=snap.rollout)
-            stale_note = f"signals are {stale:.0f} s old (stale after {STALE_AFTER_S:.0f} s)"
+            age = f"{stale:.0f} s old" if math.isfinite(stale) else "of unknown age"
+            stale_note = f"signals are {age} (stale after {STALE_AFTER_S:.0f} s)"
         else:
             stale_note = ""
         state = dict(state)  # never mutate the caller's copy
@@ -295,7 +324,7 @@ class EnginePolicy:
         proposals: dict[str, signals.Proposal] = {}
         missing: list[str] = []
         for target in cfg.signals:
-            prop = signals.propose(target, snap, demand, cfg.max_replicas)
+            prop = _usable(signals.propose(target, snap, demand, cfg.max_replicas))
             if prop is None:
                 missing.append(signals.signal_name(target))
             else:
@@ -304,7 +333,7 @@ class EnginePolicy:
         panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
         regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
         bursting = len(panics) >= BURST_PANICS or len(regrets) >= BURST_PANICS
-        backlog = self._backlog_proposal(snap, demand, state)
+        backlog = _usable(self._backlog_proposal(snap, demand, state))
         if bursting and backlog is not None:
             # Bursts shorter than a cold start are over before a drain overshoot lands;
             # burst memory's standing capacity is what helps. Size on the load only.

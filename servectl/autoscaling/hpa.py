@@ -183,9 +183,19 @@ class _Pod:
     sample: PodSample | None  # None: synthesized from replica counts (no pods reported)
 
 
+#: The largest milli-value: Kubernetes keeps quantities' milli-values in an int64.
+_MAX_MILLI = 2**63 - 1
+
+
 def _milli(value: float) -> int:
-    """Quantity.MilliValue(): milli-units, rounded up (float noise removed first)."""
-    return math.ceil(round(value * 1000.0, 6))
+    """Quantity.MilliValue(): milli-units, rounded up (float noise removed first);
+    saturated at the int64 range (a value of 9.2e15 units or more is that big)."""
+    scaled = round(value * 1000.0, 6)
+    if not scaled < _MAX_MILLI:  # also +inf (a huge, finite value times 1000)
+        return _MAX_MILLI
+    if not scaled > -_MAX_MILLI:
+        return -_MAX_MILLI
+    return math.ceil(scaled)
 
 
 def _is_within(ratio: float, tolerance: float) -> bool:

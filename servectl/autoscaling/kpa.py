@@ -49,6 +49,10 @@ TICK_S = 2.0  # scaling.tickInterval: how often the decider runs
 BUCKET_S = 1  # config.BucketSize: one bucket per scrape (scrapeTickInterval)
 TARGET_MIN = 0.01  # autoscaling.TargetMin
 PRECISION = 6  # WindowAverage floors to 6 decimals
+# Not a Knative setting: concurrency is recorded at most this, so a window's sum (60
+# buckets) and its average floored to 6 decimals stay finite doubles. No service has
+# 1e300 requests in flight; a larger reading is a broken metric, not a load.
+MAX_RECORDED = 1e300
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ class KPAPolicy:
 
         value = snap.signals.concurrency
         if value is not None:
+            value = min(value, MAX_RECORDED)
             # The scraper records once a second; a tick stands for the seconds since
             # the previous tick (never before the last write).
             first = now - math.ceil(cfg.tick_s) + 1

@@ -422,23 +422,44 @@ def _micro_bench(output: Output) -> None:
 # --------------------------------------------------------------------------- policy
 
 
-def _read_json_documents(path: Path) -> list[dict[str, Any]]:
+def _read_text(path: Path, what: str) -> str:
+    """A text file (or stdin for ``-``), or a message naming it: never a traceback."""
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        return sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise fail(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+        raise fail(f"{what}{path}: cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise fail(f"{what}{path}: not UTF-8 text (byte {exc.start}); expected JSON") from exc
+
+
+def _parse_json(text: str) -> Any:
+    """``json.loads``, with the ways it fails besides a syntax error turned into one:
+    an int of more than 4300 digits (ValueError) and nesting too deep for the parser."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # int too long to convert
+        raise json.JSONDecodeError(str(exc).split(";")[0], text, 0) from exc
+    except RecursionError as exc:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from exc
+
+
+def _read_json_documents(path: Path) -> list[dict[str, Any]]:
+    text = _read_text(path, "")
     stripped = text.strip()
     if not stripped:
         raise fail(f"{path}: empty; expected a snapshot JSON object (see docs/snapshot.md)")
     try:
-        doc = json.loads(stripped)
-    except json.JSONDecodeError:
+        doc = _parse_json(stripped)
+    except json.JSONDecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(stripped.splitlines(), 1) if line.strip()]
+        if len(lines) == 1:
+            raise fail(f"{path}: not JSON ({whole.msg}); expected a snapshot object") from whole
         docs = []
-        for lineno, line in enumerate(stripped.splitlines(), 1):
-            if not line.strip():
-                continue
+        for lineno, line in lines:
             try:
-                docs.append(json.loads(line))
+                docs.append(_parse_json(line))
             except json.JSONDecodeError as exc:
                 raise fail(
                     f"{path}:{lineno}: not JSON ({exc.msg}); expected one snapshot per line"
@@ -452,10 +473,9 @@ def _read_json_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_state(path: Path) -> dict[str, Any]:
+    text = _read_text(path, "--state ")
     try:
-        state = json.loads(path.read_text())
-    except OSError as exc:
-        raise fail(f"--state {path}: cannot read it ({exc.strerror or exc})") from exc
+        state = _parse_json(text)
     except json.JSONDecodeError as exc:
         raise fail(f"--state {path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(state, dict):
@@ -511,7 +531,8 @@ def policy_eval(
 
     With one snapshot, one JSON object; with a trace, one JSON line per snapshot, state
     carried between them and each snapshot's replicas.current set to the previous
-    decision.
+    decision. Exits 1 (after printing) when the CEL policy failed on a snapshot (reason
+    POLICY_ERROR), 2 on bad input.
 
     \b
     Example:
@@ -520,6 +541,7 @@ def policy_eval(
     """
     from servectl.autoscaling import registry, snapshot
     from servectl.autoscaling.config import SignalTarget, SignalType
+    from servectl.autoscaling.decision import Reason
 
     docs = _read_json_documents(snapshot_file)
     snaps = []
@@ -546,7 +568,15 @@ def policy_eval(
     except (registry.UnknownPolicyError, ValueError) as exc:
         raise fail(f"--policy: {exc}") from exc
     state = _read_state(state_file) if state_file else None
-    steps = registry.replay(chosen, snaps, state)
+    try:
+        steps = registry.replay(chosen, snaps, state)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        if state_file is None:
+            raise  # a bug: policies decide on every snapshot from_dict accepts
+        raise fail(
+            f"--state {state_file}: not a state {chosen.name} returned "
+            f"({type(exc).__name__}: {exc}); give the `state` printed by --show-state"
+        ) from exc
     for step in steps:
         record: dict[str, Any] = {
             "time": step.time,
@@ -556,6 +586,14 @@ def policy_eval(
         if show_state:
             record["state"] = step.state
         print(json.dumps(record, indent=None if len(steps) > 1 else 2))
+    failed = [step for step in steps if step.decision.reason is Reason.POLICY_ERROR]
+    if failed:
+        where = "" if len(steps) == 1 else f" on {len(failed)} of {len(steps)} snapshots"
+        raise fail(
+            f"the CEL policy failed{where} (reason POLICY_ERROR): the decision fell back to "
+            "the recommendation; its detail says why",
+            1,
+        )
 
 
 def _policy_config(
@@ -645,10 +683,13 @@ def policy_test(
             failed += 1
             continue
         try:
-            policy_doc = specfile.read_documents(path)[0]
-            test_doc = specfile.read_documents(test_path)[0]
+            policy_docs = specfile.read_documents(path)
+            test_docs = specfile.read_documents(test_path)
         except (OSError, ValueError) as exc:
             raise fail(str(exc)) from exc
+        if not policy_docs or not test_docs:
+            raise fail(f"{path if not policy_docs else test_path}: no document in it")
+        policy_doc, test_doc = policy_docs[0], test_docs[0]
         report = policytest.run_policy_tests(policy_doc, test_doc)
         mark = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
         out.print(f"{mark} {escape(str(path))} ({escape(report.summary)})", highlight=False)

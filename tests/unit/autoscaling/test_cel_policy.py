@@ -67,7 +67,7 @@ def runtime_error(expr: str, **kwargs: Any) -> str:
         ("recommended ? 1", 1, 16, "ends too early"),
         ("{'replicas': 1", 1, 15, "ends too early"),
         ("recommended +\n\n   * 2", 3, 4, "unexpected '*'"),
-        ("(" * 99 + "1" + ")" * 99, 1, 97, "Recursion limit"),
+        ("(" * 99 + "1" + ")" * 99, 1, 97, "nests too deeply (more than 96 levels"),
     ],
 )
 def test_syntax_errors_carry_line_and_column(expr: str, line: int, column: int, says: str) -> None:
@@ -223,22 +223,24 @@ def test_params_are_doubles_whatever_the_document_wrote() -> None:
 @pytest.mark.parametrize(
     ("expr", "says"),
     [
-        ("'abc'", "a string 'abc'"),
-        ("true", "a bool"),
-        ("[1, 2]", "a list"),
-        ("null", "returned null"),
-        ('{"replicas": null}', "replicas: null"),
-        ('{"reason": "X"}', "without replicas"),
-        ('{"replicas": 2, "reson": "X"}', "unknown key(s) reson"),
-        ('{"replicas": "2"}', "a string '2'"),
+        # dyn(...) hides the type from the static check (a result only known at run
+        # time, say read from state): these test the run-time check behind it.
+        ("dyn('abc')", "a string 'abc'"),
+        ("dyn(true)", "a bool"),
+        ("dyn([1, 2])", "a list"),
+        ("dyn(null)", "returned null"),
+        ('{"replicas": dyn(null)}', "replicas: null"),
+        ('dyn({"reason": "X"})', "without replicas"),
+        ('dyn({"replicas": 2, "reson": "X"})', "unknown key(s) reson"),
+        ('{"replicas": dyn("2")}', "a string '2'"),
         ("-1", "-1 replicas"),
         ("-0.5", "must be ≥ 0"),
         ("1.0 / 0.0", "infinity"),
         ("0.0 / 0.0", "NaN"),
-        ("b'abc'", "bytes"),
-        ("duration('1s')", "duration"),
-        ('{"replicas": 1, "reason": 7}', "reason must be a string"),
-        ('{"replicas": 1, "state": 3}', "state must be a map"),
+        ("dyn(b'abc')", "bytes"),
+        ("dyn(duration('1s'))", "duration"),
+        ('{"replicas": 1, "reason": dyn(7)}', "reason must be a string"),
+        ('{"replicas": 1, "state": dyn(3)}', "state must be a map"),
         ('{"replicas": 1, "state": {"d": duration("1s")}}', "JSON values only"),
         ('{"replicas": 1, "state": {1: 2}}', "keys in state must be strings"),
     ],
@@ -246,6 +248,53 @@ def test_params_are_doubles_whatever_the_document_wrote() -> None:
 def test_wrong_return_shapes_are_named(expr: str, says: str) -> None:
     message = runtime_error(expr)
     assert says in message
+
+
+@pytest.mark.parametrize(
+    ("expr", "says"),
+    [
+        ("'abc'", "can only return a string"),
+        ("'x' + 'y'", "can only return a string"),
+        ("true", "can only return a bool"),
+        ("recommended > 3", "can only return a bool"),
+        ("[1, 2]", "can only return a list"),
+        ("null", "can only return null"),
+        ('{"reason": "X"}', "a map without replicas"),
+        ('{"replicas": 2, "reson": "X"}', "a map with the key(s) 'reson'"),
+        ('{"replicas": "2"}', "a map whose replicas can only be a string"),
+        ('{"replicas": rollout.phase}', "a map whose replicas can only be a string"),
+        ("b'abc'", "can only return bytes"),
+        ("duration('1s')", "can only return a duration"),
+        ('{"replicas": 1, "reason": 7}', "a map whose reason can only be an int"),
+        ('{"replicas": 1, "state": 3}', "a map whose state can only be an int"),
+        ('recommended > 3 ? "a" : "b"', "can only return a string"),
+        ('recommended > 3 ? "a" : true', "can only return a bool or a string"),
+        ("string(recommended)", "can only return a string"),
+    ],
+)
+def test_results_that_can_never_be_replicas_do_not_compile(expr: str, says: str) -> None:
+    with pytest.raises(cel_policy.PolicyResultTypeError) as info:
+        cel_policy.compile_expression(expr)
+    assert says in str(info.value)
+    assert 'return an int (the replica count) or {"replicas": n' in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "recommended",
+        'recommended > 3 ? "a" : 1',  # wrong on one branch only: found at run time
+        '{"replicas": recommended > 3 ? 1 : "x"}',
+        "state.x",
+        '{"replicas": state.n, "reason": state.why}',
+        "signals.rps / 0.0",
+        "math.greatest(recommended, 2)",
+        "dyn('abc')",
+        "recommended + 1",
+    ],
+)
+def test_results_that_may_be_replicas_compile(expr: str) -> None:
+    cel_policy.compile_expression(expr)
 
 
 def test_integer_division_by_zero() -> None:

@@ -40,7 +40,7 @@ def fresh(expr: str) -> str:
         ("int('abc')", "int() failed: "),
         ("'abc'.matches('[') ? 1 : 0", "matches() failed: "),
         ("null + 1", "cannot apply + to null (null + int)"),
-        ("'a' + 1", "cannot apply + to string and int: CEL never converts between types"),
+        ("dyn('a') + 1", "cannot apply + to string and int: CEL never converts between types"),
         ("{'a': 1}['b']", "no such key 'b' in a map"),
         ("[{'a': 1}].map(m, m.b).size()", "m.b does not exist"),
     ],

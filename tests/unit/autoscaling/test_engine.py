@@ -236,7 +236,8 @@ def test_custom_policy_decides_and_rails_still_apply() -> None:
 
 
 def test_custom_policy_error_falls_back_to_the_recommendation() -> None:
-    program = cel_policy.compile_expression("signals.rps / 0.0 > 1.0 ? 'many' : 'few'")
+    # A string on one branch: compiles (it may never be taken), fails when it is.
+    program = cel_policy.compile_expression("signals.rps / 0.0 > 1.0 ? 'many' : 1")
     policy = engine.EnginePolicy(cfg(), engine.CustomPolicy("broken", program))
     decision, _ = policy.decide(make_snapshot(current=8, rps=700.0, cpu_usage_cores=14.0), {})
     assert decision.replicas == 10
