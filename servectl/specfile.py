@@ -189,6 +189,8 @@ def _decode_yaml(file: Path, text: str) -> list[_Document]:
     try:
         while loader.check_node():
             node = loader.get_node()
+            if node is None:  # check_node() said there is one
+                break
             _check_graph(file, node)
             documents.append(_Document(loader.construct_document(node), node))
     except yaml.YAMLError as error:

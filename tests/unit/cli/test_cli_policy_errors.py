@@ -296,7 +296,7 @@ def _bad_policies(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "spec.cel: CEL does not compile at 1:97: the expression nests too deeply",
         ),
         "not-yaml": (write("notyaml.yaml", "a: [1, 2\n"), "notyaml.yaml:2:1: invalid YAML"),
-        "empty": (write("empty.yaml", ""), "empty.yaml: no ScalingPolicy document in it"),
+        "empty": (write("empty.yaml", ""), "empty.yaml: no resources: the file is empty"),
         "a-directory": (tmp_path / "a-directory.yaml", "a-directory.yaml: cannot read"),
         "missing": (tmp_path / "missing.yaml", "missing.yaml: cannot read"),
     }
