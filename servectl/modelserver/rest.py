@@ -21,6 +21,7 @@ import logging
 import math
 import queue
 import re
+import select
 import selectors
 import socket
 import sys
@@ -665,6 +666,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._reader.peek(1):
                 self.close_connection = True  # the client closed, or a drain shut reads
                 return
+            self.server.connections.busy(self)  # a request has begun: a drain lets it finish
             timeout = self.server.head_timeout_s
             self._set_deadline(timeout, f"Request head not received within {timeout:g} s")
             super().handle_one_request()
@@ -796,7 +798,8 @@ class _Handler(BaseHTTPRequestHandler):
 class _Connections:
     """Open keep-alive connections, idle or busy, so a stop can close the idle ones.
 
-    On :meth:`drain`, idle connections (waiting for a next request) are shut for reading,
+    A connection is busy from the first byte of a request to its answer. On :meth:`drain`,
+    idle connections (waiting for a next request, nothing received) are shut for reading,
     which ends their handler threads; busy ones finish their request and answer it with
     ``Connection: close``.
     """
@@ -831,8 +834,20 @@ class _Connections:
         with self._lock:
             self.draining = True
             for handler, idle in self._idle.items():
-                if idle:
+                # A request that has arrived but is not parsed yet is served (its
+                # handler shuts reads itself after answering, in idle()).
+                if idle and not _has_input(handler.connection):
                     _shut_reads(handler.connection)
+
+
+def _has_input(sock: socket.socket) -> bool:
+    """Whether bytes (or the peer's close) wait to be read on ``sock``, without blocking."""
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+    except (OSError, ValueError):  # closed meanwhile
+        return False
+    return bool(poller.poll(0))
 
 
 def _shut_reads(sock: socket.socket) -> None:

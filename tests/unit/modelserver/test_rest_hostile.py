@@ -9,6 +9,7 @@ import logging
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -258,3 +259,23 @@ def test_protocol_errors_are_json(make_server: Callable[..., RestServer]) -> Non
         reply = read_until_closed(sock)
     assert reply.startswith(b"HTTP/1.1 501 "), reply
     assert json.loads(reply.partition(b"\r\n\r\n")[2]) == {"error": "Unsupported method ('BREW')"}
+
+
+def test_stop_finishes_a_request_whose_first_bytes_have_arrived(
+    make_server: Callable[..., RestServer],
+) -> None:
+    server = make_server()
+    with connect(server) as sock:
+        sock.sendall(PREDICT_REQUEST[:20])  # part of the request line
+        wait_for(lambda: False in server.connections._idle.values())  # busy, not idle
+        stopping = threading.Thread(target=server.stop)
+        stopping.start()
+        wait_for(lambda: server.connections.draining)
+        sock.sendall(PREDICT_REQUEST[20:])
+        reply = read_until_closed(sock)
+    stopping.join(10)
+    assert not stopping.is_alive()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), reply
+    assert b"Connection: close" in head
+    assert body == b'{"predictions":[2.5]}'
