@@ -236,8 +236,9 @@ def bind_problem(host: str, port: int) -> str | None:
     leftovers, and never SO_REUSEPORT, which would let two servers share the port), then
     closes it.
     """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as the servers bind it
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
     except socket.gaierror as exc:
         return f"address {host} cannot be resolved ({exc.strerror})"
     family, kind, proto, _, address = infos[0]
