@@ -50,15 +50,22 @@ def _status(pid: int) -> tuple[int, int]:
     return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) // 1024
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the server has used, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _client(
     conn: http.client.HTTPConnection, seconds: float, pid: int
-) -> tuple[list[float], tuple[int, int]]:
-    """Back-to-back predicts on a keep-alive connection: latencies (ms), and the most
-    server threads and resident MiB seen (sampled every 0.5 s)."""
+) -> tuple[list[float], tuple[int, int, float]]:
+    """Back-to-back predicts on a keep-alive connection: latencies (ms), the most server
+    threads and resident MiB seen (sampled every 0.5 s), and the server's CPU share."""
     body = json.dumps({"instances": [1.0, 2.0, 5.0]})
     latencies: list[float] = []
     most = (0, 0)
-    end = time.monotonic() + seconds
+    cpu_before, started = _cpu_s(pid), time.monotonic()
+    end = started + seconds
     next_sample = 0.0
     while (now := time.monotonic()) < end:
         if now >= next_sample:
@@ -72,7 +79,8 @@ def _client(
         if resp.status != 200:
             raise SystemExit(f"the normal client got {resp.status}: {data!r}")
         latencies.append((time.perf_counter() - t0) * 1000)
-    return latencies, most
+    cpu_share = (_cpu_s(pid) - cpu_before) / (time.monotonic() - started)
+    return latencies, (*most, cpu_share)
 
 
 class Slowloris:
@@ -219,14 +227,14 @@ def main() -> None:
         f"slow connections: {args.slow}, a byte every {args.trickle:g} s, {args.hold:g} s per phase"
     )
     print(f"server flags: {' '.join(server_args) or '(defaults)'}")
-    for name, values, (threads, rss) in (
+    for name, values, (threads, rss, cpu) in (
         ("idle:  ", idle, idle_most),
         ("attack:", loaded, loaded_most),
     ):
         print(
             f"{name} {len(values)} requests, p50 {_percentile(values, 50):.2f} ms, "
             f"p99 {_percentile(values, 99):.2f} ms, server threads <= {threads}, "
-            f"RSS <= {rss} MiB"
+            f"RSS <= {rss} MiB, server CPU {cpu:.0%}"
         )
     print(f"p99 attack / idle: {p99_load / p99_idle:.2f}")
     print(f"slow connections opened: {attack.opened}")
