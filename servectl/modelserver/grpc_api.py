@@ -280,7 +280,9 @@ class ModelApi:
                 "ServerModelConfig type not supported by HandleReloadConfigRequest. "
                 "Only ModelConfigList is currently supported"
             )
-        configs = parse_model_config_text(text_format.MessageToString(config))
+        configs = parse_model_config_text(
+            text_format.MessageToString(config), origin="base_path in HandleReloadConfigRequest"
+        )
         for cfg in configs:
             log.info("Config entry: name %s base_path %s", cfg.name, cfg.base_path)
         self.manager.reconfigure(configs)
@@ -363,6 +365,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # gRPC's default SO_REUSEPORT lets a second server bind a port that one
+                # already serves, and clients then reach either at random: refuse instead.
+                ("grpc.so_reuseport", 0),
             ],
         )
         prediction, model = _servicers(manager, metrics)
@@ -370,12 +375,13 @@ class GrpcServer:
             prediction, self._server
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(model, self._server)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
         try:
-            bound = self._server.add_insecure_port(f"{host}:{port}")
+            bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:  # grpcio raises when it cannot bind
-            raise OSError(f"Failed to bind gRPC server to {host}:{port}: {exc}") from exc
+            raise OSError(f"Failed to bind gRPC server to {address}: {exc}") from exc
         if bound == 0:
-            raise OSError(f"Failed to bind gRPC server to {host}:{port}")
+            raise OSError(f"Failed to bind gRPC server to {address}")
         self.host = host
         self.port = int(bound)
 

@@ -65,16 +65,25 @@ class VersionPolicy:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """One model: its name, base path (numbered version dirs), policy and labels."""
+    """One model: its name, base path (numbered version dirs), policy and labels.
+
+    ``origin`` names where ``base_path`` was set (a flag, or a config file's field), for
+    errors; it is not part of the config's identity.
+    """
 
     name: str
     base_path: str
     policy: VersionPolicy = field(default_factory=VersionPolicy)
     labels: Mapping[str, int] = field(default_factory=dict)
+    origin: str = field(default="base_path", compare=False)
 
 
-def parse_model_config_text(text: str) -> list[ModelConfig]:
-    """Parse a text-proto ModelServerConfig (``--model_config_file``)."""
+def parse_model_config_text(text: str, origin: str = "base_path") -> list[ModelConfig]:
+    """Parse a text-proto ModelServerConfig (``--model_config_file``).
+
+    ``origin`` says where the text came from, for errors about a base path (e.g.
+    ``base_path in --model_config_file=/models/models.config``).
+    """
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
 
@@ -110,6 +119,7 @@ def parse_model_config_text(text: str) -> list[ModelConfig]:
                 base_path=m.base_path,
                 policy=policy,
                 labels=dict(m.version_labels),
+                origin=origin,
             )
         )
     names = [c.name for c in out]
@@ -117,6 +127,21 @@ def parse_model_config_text(text: str) -> list[ModelConfig]:
     if dupes:
         raise invalid_argument(f"Illegal to list model {dupes[0]} multiple times in config list")
     return out
+
+
+def _check_base_path(cfg: ModelConfig) -> None:
+    """A base path that is missing or not a directory: TF Serving's INVALID_ARGUMENT
+    ("Could not find base path ..."), naming where the path was set."""
+    if not os.path.exists(cfg.base_path):
+        raise invalid_argument(
+            f"Could not find base path {cfg.base_path} for servable {cfg.name}: "
+            f"no such directory (set by {cfg.origin})"
+        )
+    if not os.path.isdir(cfg.base_path):
+        raise invalid_argument(
+            f"Base path {cfg.base_path} for servable {cfg.name} is not a directory "
+            f"(set by {cfg.origin})"
+        )
 
 
 def list_versions(base_path: str | os.PathLike[str]) -> list[int]:
@@ -355,6 +380,7 @@ class ModelManager:
     def _plan_model(self, cfg: ModelConfig, old: _Model | None) -> _Model:
         """``cfg``'s model, reusing ``old``'s servables from the same base path."""
         reusable = dict(old.servables) if old and old.config.base_path == cfg.base_path else {}
+        _check_base_path(cfg)
         available = list_versions(cfg.base_path)
         chosen = cfg.policy.choose(available)
         if not chosen:

@@ -73,7 +73,9 @@ class ConfigFileWatcher:
             return False
         self._last_text = text  # a bad text is reported once, not at every poll
         try:
-            configs = parse_model_config_text(text)
+            configs = parse_model_config_text(
+                text, origin=f"base_path in --model_config_file={self.path}"
+            )
             self.manager.reconfigure(configs)
         except ServingError as exc:
             log.error(

@@ -11,8 +11,10 @@ Flags use TF Serving's names; docs/modelserver.md lists each one and what it doe
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -22,6 +24,9 @@ from typing import TYPE_CHECKING
 
 from servectl.modelserver.errors import ServingError
 
+# The REST module imports no TensorFlow at import time; its limits are the flags' defaults.
+from servectl.modelserver.rest import DEFAULT_MAX_CONNECTIONS
+
 if TYPE_CHECKING:
     from servectl.modelserver.batching import Batcher
 
@@ -30,7 +35,33 @@ log = logging.getLogger("servectl.modelserver")
 # Seconds RPCs in flight get to finish on SIGTERM before gRPC cancels them.
 GRPC_GRACE_S = 30.0
 
-_USAGE = "servectl-model-server --model_name=NAME --model_base_path=PATH [--rest_api_port=8501]"
+_USAGE = """\
+servectl-model-server --model_base_path=PATH [--model_name=NAME] [FLAGS]
+       servectl-model-server --model_config_file=FILE [FLAGS]"""
+
+_EPILOG = """\
+examples:
+  # One model, its latest version; gRPC on 8500 (all addresses), REST on 8501:
+  servectl-model-server --rest_api_port=8501 \\
+      --model_name=half_plus_two --model_base_path=/models/half_plus_two
+
+  # Several models, versions and labels from a ModelServerConfig, on loopback only:
+  servectl-model-server --model_config_file=/models/models.config \\
+      --grpc_bind_address=127.0.0.1 --rest_api_bind_address=127.0.0.1 --rest_api_port=8501
+
+A port of 0 turns that API off. Flags take TF Serving's names (--flag=value or --flag value);
+docs/modelserver.md says what each does here.
+"""
+
+PORT_FLAGS = ("port", "rest_api_port")
+# Flags that make no sense negative (0 keeps its documented meaning).
+NON_NEGATIVE_FLAGS = (
+    "rest_api_timeout_in_ms",
+    "model_config_file_poll_wait_seconds",
+    "tensorflow_intra_op_parallelism",
+    "tensorflow_inter_op_parallelism",
+    "file_system_poll_wait_seconds",
+)
 
 
 def _bool(text: str) -> bool:
@@ -45,9 +76,11 @@ def _bool(text: str) -> bool:
 @dataclass(frozen=True)
 class Flags:
     port: int
+    grpc_bind_address: str
     rest_api_port: int
     rest_api_bind_address: str
     rest_api_timeout_in_ms: int
+    rest_api_max_connections: int
     model_name: str
     model_base_path: str
     model_config_file: str
@@ -61,22 +94,56 @@ class Flags:
     enable_model_warmup: bool
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every flag's default in its help; the epilog's examples kept as written (unwrapped)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is argparse.SUPPRESS or action.option_strings == ["-h", "--help"]:
+            return text
+        shown = "none" if action.default in ("", None) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servectl-model-server",
         usage=_USAGE,
-        description="A TF-Serving-compatible model server (REST API) running SavedModels.",
+        description="A TF-Serving-compatible model server (gRPC and REST APIs) running "
+        "SavedModels.",
+        epilog=_EPILOG,
+        formatter_class=_HelpFormatter,
         allow_abbrev=False,
+        exit_on_error=False,
     )
     add = p.add_argument
     add("--port", type=int, default=8500, help="gRPC port; 0 serves no gRPC")
-    add("--rest_api_port", type=int, default=0, help="REST port; 0 (default) serves no REST")
+    add(
+        "--grpc_bind_address",
+        default="0.0.0.0",
+        help="address the gRPC server binds (servectl extension; TF Serving binds 0.0.0.0)",
+    )
+    add("--rest_api_port", type=int, default=0, help="REST port; 0 serves no REST")
     add(
         "--rest_api_bind_address",
         default="0.0.0.0",
         help="address the REST server binds (servectl extension; TF Serving binds 0.0.0.0)",
     )
-    add("--rest_api_timeout_in_ms", type=int, default=30000, help="socket timeout per request")
+    add(
+        "--rest_api_timeout_in_ms",
+        type=int,
+        default=30000,
+        help="REST: the longest a connection may stay idle, wait on one read or write, or "
+        "take to send a request body; the request head must come within min(10 s, this); "
+        "0: no timeouts but the 10 s head deadline",
+    )
+    add(
+        "--rest_api_max_connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="REST connections served at once (a thread each); more are answered 503 "
+        "(servectl extension)",
+    )
     add("--model_name", default="default", help="name of the model (with --model_base_path)")
     add("--model_base_path", default="", help="directory holding numbered version dirs")
     add("--model_config_file", default="", help="text-proto ModelServerConfig")
@@ -123,10 +190,17 @@ class FlagError(Exception):
     pass
 
 
+class StartupError(Exception):
+    """The server cannot start (a port taken, an address not here): one line for the log."""
+
+
 def parse_flags(argv: Sequence[str]) -> Flags:
-    """Parse TF Serving style flags; unknown ones raise :class:`FlagError` naming the flag."""
+    """Parse TF Serving style flags; a bad or unknown one raises :class:`FlagError` naming it."""
     parser = _parser()
-    known, unknown = parser.parse_known_args(list(argv))
+    try:
+        known, unknown = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as exc:  # e.g. --port=abc
+        raise FlagError(str(exc)) from exc
     if unknown:
         raise FlagError(f"unknown argument: {unknown[0]}")
     if not known.model_base_path and not known.model_config_file:
@@ -135,7 +209,71 @@ def parse_flags(argv: Sequence[str]) -> Flags:
         raise FlagError("give --model_base_path or --model_config_file, not both")
     if known.batching_parameters_file and not known.enable_batching:
         raise FlagError("You supplied --batching_parameters_file without --enable_batching")
+    for name in PORT_FLAGS:
+        value = getattr(known, name)
+        if not 0 <= value <= 65535:
+            raise FlagError(f"--{name}={value}: a port is 0 (off) or 1..65535")
+    if known.port and known.port == known.rest_api_port:
+        raise FlagError(
+            f"--port={known.port} and --rest_api_port={known.rest_api_port}: gRPC and REST "
+            "need different ports"
+        )
+    for name in NON_NEGATIVE_FLAGS:
+        value = getattr(known, name)
+        if value < 0:
+            raise FlagError(f"--{name}={value}: must be 0 or more")
+    if known.rest_api_max_connections < 1:
+        raise FlagError(
+            f"--rest_api_max_connections={known.rest_api_max_connections}: must be 1 or more"
+        )
     return Flags(**vars(known))
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound for listening right now, or None if it can.
+
+    Binds a probe socket the way the servers bind (SO_REUSEADDR, which skips TIME_WAIT
+    leftovers, and never SO_REUSEPORT, which would let two servers share the port), then
+    closes it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as the servers bind it
+    try:
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"address {host} cannot be resolved ({exc.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} on {host} is already in use (another model server?). "
+                    "Pick a free port or stop the other process."
+                )
+            if exc.errno == errno.EACCES:
+                return f"no permission to bind port {port} on {host} (ports below 1024 need root)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"{host} is not an address of this machine"
+            return f"cannot bind {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
+def check_ports(flags: Flags) -> None:
+    """Refuse to start on a port or address that cannot be bound, before any model loads.
+
+    Raises :class:`StartupError` with one line naming the flag and the port.
+    """
+    for port_flag, host_flag in (
+        ("port", "grpc_bind_address"),
+        ("rest_api_port", "rest_api_bind_address"),
+    ):
+        port, host = getattr(flags, port_flag), getattr(flags, host_flag)
+        if port > 0:
+            problem = bind_problem(host, port)
+            if problem is not None:
+                raise StartupError(f"--{port_flag}={port} (--{host_flag}={host}): {problem}")
 
 
 def _apply_threading(flags: Flags) -> None:
@@ -189,14 +327,17 @@ def run(flags: Flags, stop: threading.Event) -> int:
     from servectl.modelserver.poller import start_config_poller, start_poller
     from servectl.modelserver.rest import serve_rest
 
+    check_ports(flags)  # before anything slow: a taken port fails in a second, not after loads
     _apply_threading(flags)
     config_text = ""
     if flags.model_config_file:
         with open(flags.model_config_file) as f:
             config_text = f.read()
-        configs = parse_model_config_text(config_text)
+        configs = parse_model_config_text(
+            config_text, origin=f"base_path in --model_config_file={flags.model_config_file}"
+        )
     else:
-        configs = [ModelConfig(flags.model_name, flags.model_base_path)]
+        configs = [ModelConfig(flags.model_name, flags.model_base_path, origin="--model_base_path")]
     batcher = _batcher(flags)
     manager = ModelManager(warmup=flags.enable_model_warmup, batcher=batcher)
     metrics, metrics_path = metrics_for_flags(flags.monitoring_config_file)
@@ -212,8 +353,14 @@ def run(flags: Flags, stop: threading.Event) -> int:
     ]
     grpc_server = None
     if flags.port > 0:
-        grpc_server = serve_grpc(manager, "0.0.0.0", flags.port, metrics=metrics)
-        log.info("Running gRPC ModelServer at 0.0.0.0:%d ...", grpc_server.port)
+        try:
+            grpc_server = serve_grpc(manager, flags.grpc_bind_address, flags.port, metrics=metrics)
+        except OSError as exc:  # taken since check_ports (a race), or another bind failure
+            raise _bind_failure("port", flags.port, "grpc_bind_address", flags, exc) from exc
+        log.info(
+            "Running gRPC ModelServer at %s ...",
+            _host_port(flags.grpc_bind_address, grpc_server.port),
+        )
     else:
         log.warning("--port=0: gRPC API is not served")
     server = None
@@ -225,12 +372,17 @@ def run(flags: Flags, stop: threading.Event) -> int:
                 flags.rest_api_bind_address,
                 flags.rest_api_port,
                 request_timeout_s=timeout,
+                max_connections=flags.rest_api_max_connections,
                 metrics=metrics,
                 metrics_path=metrics_path,
             )
-        except BaseException:
+        except BaseException as exc:
             if grpc_server is not None:
                 grpc_server.stop(None).wait()
+            if isinstance(exc, OSError):
+                raise _bind_failure(
+                    "rest_api_port", flags.rest_api_port, "rest_api_bind_address", flags, exc
+                ) from exc
             raise
         log.info("Exporting HTTP/REST API at:localhost:%d ...", server.port)
     else:
@@ -250,6 +402,19 @@ def run(flags: Flags, stop: threading.Event) -> int:
         log.info("Batching: %s", batcher.stats())
     log.info("Server stopped")
     return 0
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_failure(
+    port_flag: str, port: int, host_flag: str, flags: Flags, exc: OSError
+) -> StartupError:
+    """The one-line error for a server that failed to bind after check_ports passed."""
+    host = getattr(flags, host_flag)
+    problem = bind_problem(host, port) or f"cannot listen on {_host_port(host, port)}: {exc}"
+    return StartupError(f"--{port_flag}={port} (--{host_flag}={host}): {problem}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -273,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     try:
         return run(flags, stop)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
     except ServingError as exc:
         log.error("%s", exc.message)
         return 1

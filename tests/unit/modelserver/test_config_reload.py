@@ -64,7 +64,9 @@ def test_refused_config_changes_nothing(mgr: ModelManager, model_base: Path) -> 
     )
     with pytest.raises(ServingError) as info:
         mgr.reconfigure(parse_model_config_text(missing))
-    assert info.value.code == "NOT_FOUND"
+    # TF Serving's FileSystemStoragePathSource: INVALID_ARGUMENT "Could not find base path".
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert "Could not find base path /nonexistent/ghost for servable ghost" in info.value.message
     assert mgr.model_names() == [MODEL, "latest_only"]
 
 

@@ -82,8 +82,47 @@ def test_label_to_unloaded_version_fails_load(model_base: Path) -> None:
 
 
 def test_empty_base_path_fails_load(tmp_path: Path) -> None:
-    with pytest.raises(ServingError, match="No versions of servable m found"):
+    with pytest.raises(ServingError) as exc:
         ModelManager().load([ModelConfig("m", str(tmp_path))])
+    assert exc.value.code == "NOT_FOUND"
+    assert exc.value.message == (
+        f"No versions of servable m found under base path {tmp_path}. Did you forget to name "
+        "your leaf directory as a number (eg. '/1/')?"
+    )
+
+
+def test_missing_base_path_says_so_and_names_its_origin(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir"
+    cfg = ModelConfig("m", str(missing), origin="--model_base_path")
+    with pytest.raises(ServingError) as exc:
+        ModelManager().load([cfg])
+    assert exc.value.code == "INVALID_ARGUMENT"  # as TF Serving's FileSystemStoragePathSource
+    assert exc.value.message == (
+        f"Could not find base path {missing} for servable m: no such directory "
+        "(set by --model_base_path)"
+    )
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ServingError, match="is not a directory"):
+        ModelManager().load([ModelConfig("m", str(tmp_path / "a-file"))])
+
+
+def test_config_file_base_path_errors_name_the_file(tmp_path: Path) -> None:
+    import threading
+
+    from servectl.modelserver.server import parse_flags, run
+
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list { config { name: "m" base_path: "/nonexistent/m" } }')
+    flags = parse_flags([f"--model_config_file={config}", "--port=0"])
+    with pytest.raises(ServingError) as exc:
+        run(flags, threading.Event())
+    assert exc.value.message == (
+        "Could not find base path /nonexistent/m for servable m: no such directory "
+        f"(set by base_path in --model_config_file={config})"
+    )
+    flags = parse_flags(["--model_base_path=/nonexistent/m", "--model_name=m", "--port=0"])
+    with pytest.raises(ServingError, match=r"\(set by --model_base_path\)$"):
+        run(flags, threading.Event())
 
 
 def test_latest_policy_loads_only_newest(model_base: Path, tmp_path: Path) -> None:
