@@ -129,6 +129,7 @@ def _call(
     metrics: ServingMetrics | None = None,
     model_name: str = "",
     api: str = "",
+    served: Callable[[str], bool] = lambda name: True,
 ) -> _T:
     """Run one RPC body; a ServingError aborts with its code, anything else with INTERNAL.
 
@@ -151,7 +152,9 @@ def _call(
     finally:
         if metrics is not None and model_name:
             latency_us = (time.perf_counter_ns() - start) / 1000
-            metrics.record(model_name, api, ENTRYPOINT_GRPC, code, latency_us)
+            metrics.record(
+                model_name, api, ENTRYPOINT_GRPC, code, latency_us, served=served(model_name)
+            )
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
@@ -317,6 +320,7 @@ def _servicers(manager: ModelManager, metrics: ServingMetrics | None = None) -> 
                 metrics=metrics,
                 model_name=request.model_spec.name,
                 api=api,
+                served=lambda name: name in manager.model_names(),
             )
 
         return method

@@ -136,12 +136,18 @@ class ServingMetrics:
 
     COUNT_LABELS = ("model_name", "status")
     LATENCY_LABELS = ("model_name", "API", "entrypoint")
+    #: Distinct model names that are not served and still get their own series; past
+    #: this, requests naming yet another unknown model are counted under UNKNOWN_MODEL,
+    #: so a client inventing names cannot grow the page (and the server) without bound.
+    MAX_UNSERVED_NAMES = 64
+    UNKNOWN_MODEL = "__unknown__"
 
     def __init__(self, bounds_us: tuple[float, ...] = TFS_LATENCY_BOUNDS_US) -> None:
         self._bounds = tuple(bounds_us)
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str], int] = {}
         self._latency: dict[tuple[str, str, str], _Histogram] = {}
+        self._unserved: set[str] = set()
 
     def record(
         self,
@@ -150,10 +156,20 @@ class ServingMetrics:
         entrypoint: str,
         status_code_name: str,
         latency_us: float,
+        *,
+        served: bool = True,
     ) -> None:
-        """One finished request: count it by status and add its latency (µs)."""
+        """One finished request: count it by status and add its latency (µs).
+
+        ``served`` False: the name is no model the server has (see MAX_UNSERVED_NAMES).
+        """
         index = bisect.bisect_right(self._bounds, latency_us)
         with self._lock:
+            if not served and model_name not in self._unserved:
+                if len(self._unserved) < self.MAX_UNSERVED_NAMES:
+                    self._unserved.add(model_name)
+                else:
+                    model_name = self.UNKNOWN_MODEL
             key = (model_name, status_code_name)
             self._counts[key] = self._counts.get(key, 0) + 1
             hist = self._latency.get((model_name, api, entrypoint))

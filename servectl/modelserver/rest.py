@@ -450,7 +450,10 @@ class RestApi:
             route = _metrics_route(method, path)
             if route is not None:
                 latency_us = (time.perf_counter_ns() - start) / 1000
-                self.metrics.record(route[0], route[1], ENTRYPOINT_REST, code, latency_us)
+                served = route[0] in self.manager.model_names()
+                self.metrics.record(
+                    route[0], route[1], ENTRYPOINT_REST, code, latency_us, served=served
+                )
         return result
 
     def _dispatch(self, method: str, path: str, raw_body: bytes) -> Any:

@@ -188,3 +188,22 @@ def test_disabled_config_serves_no_metrics(manager: ModelManager) -> None:
         assert _get(url + PATH)[0] == 404
     finally:
         server.stop()
+
+
+def test_made_up_model_names_cannot_grow_the_page_without_bound() -> None:
+    """A client naming a new model on every request gets MAX_UNSERVED_NAMES series at
+    most; the rest are counted under __unknown__, and served models keep their own."""
+    metrics = ServingMetrics()
+    for i in range(5000):
+        metrics.record(f"made-up-{i}", "predict", "REST", "NOT_FOUND", 10.0, served=False)
+    metrics.record(MODEL, "predict", "REST", "OK", 10.0)
+    text = metrics.exposition()
+    names = {line.split('model_name="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+             if 'model_name="' in line}  # fmt: skip
+    assert len(names) == ServingMetrics.MAX_UNSERVED_NAMES + 2  # + __unknown__ + the model
+    assert MODEL in names and ServingMetrics.UNKNOWN_MODEL in names
+    unknown = f'{TFS_REQUEST_COUNT}{{model_name="__unknown__",status="NOT_FOUND"}} 4936'
+    assert unknown in text.splitlines()
+    for i in range(5000, 10_000):  # as many again: the page no longer grows
+        metrics.record(f"made-up-{i}", "predict", "REST", "NOT_FOUND", 10.0, served=False)
+    assert len(metrics.exposition()) - len(text) < 100  # a few more digits at most
