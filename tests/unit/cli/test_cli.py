@@ -9,36 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
 from servectl import __version__
-from servectl.cli import main as cli_main
+from tests.unit.cli.helpers import flat, servectl
 
 REPO = Path(__file__).resolve().parents[3]
 SNAPSHOT = "docs/examples/snapshot.json"
 POLICY_FILES = sorted((REPO / "policies").glob("*.yaml"))
 EXAMPLES = sorted((REPO / "deploy" / "examples").glob("*.yaml"))
 TRACES = ("steady_noisy", "step", "spike", "ramp", "diurnal", "bursty")
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Commands read ./policies, as they do for a user in a checkout.
-    monkeypatch.chdir(REPO)
-    # Wide consoles, so rich does not fold long paths and messages across lines.
-    monkeypatch.setattr(cli_main.out, "width", 10_000)
-    monkeypatch.setattr(cli_main.err, "width", 10_000)
-
-
-def servectl(*args: str | Path) -> Result:
-    return runner.invoke(cli_main.app, [str(arg) for arg in args])
-
-
-def flat(text: str) -> str:
-    """``text`` on one line: help text and tables wrap at the terminal width."""
-    return " ".join(text.split())
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

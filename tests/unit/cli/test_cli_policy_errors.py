@@ -15,28 +15,12 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from typer.testing import CliRunner
 
 from servectl.cli import main as cli_main
+from tests.unit.cli.helpers import flat, runner, servectl
 
 REPO = Path(__file__).resolve().parents[3]
 SNAPSHOT = REPO / "docs" / "examples" / "snapshot.json"
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)
-    monkeypatch.setattr(cli_main.out, "width", 10_000)
-    monkeypatch.setattr(cli_main.err, "width", 10_000)
-
-
-def servectl(*args: str | Path) -> Result:
-    return runner.invoke(cli_main.app, [str(arg) for arg in args])
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def no_traceback(result: Result) -> None:

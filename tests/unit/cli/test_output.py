@@ -19,23 +19,12 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import Result
-from typer.testing import CliRunner
 
 from servectl.cli import console
 from servectl.cli import main as cli_main
+from tests.unit.cli.helpers import runner, servectl
 
 REPO = Path(__file__).resolve().parents[3]
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)
-
-
-def servectl(*args: str | Path) -> Result:
-    return runner.invoke(cli_main.app, [str(arg) for arg in args])
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

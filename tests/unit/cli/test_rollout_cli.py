@@ -5,26 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from click.testing import Result
-from typer.testing import CliRunner
-
-from servectl.cli import main as cli_main
 from servectl.sim import rollout_bench
+from tests.unit.cli.helpers import servectl
 
 REPO = Path(__file__).resolve().parents[3]
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)
-    monkeypatch.setattr(cli_main.out, "width", 10_000)
-    monkeypatch.setattr(cli_main.err, "width", 10_000)
-
-
-def servectl(*args: str | Path) -> Result:
-    return runner.invoke(cli_main.app, [str(arg) for arg in args])
 
 
 def test_rollout_simulate_promotes_a_good_canary_and_plots(tmp_path: Path) -> None:
