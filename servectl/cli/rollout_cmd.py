@@ -73,7 +73,7 @@ def simulate_rollout_cmd(
     """
     from servectl import specfile
     from servectl.api import models, validation
-    from servectl.cli.main import _load_trace
+    from servectl.cli.simulate_cmd import _load_trace
     from servectl.sim import control, model, rollout_bench, rollout_sim, runner, suite
 
     output = console.resolve(output, as_json)

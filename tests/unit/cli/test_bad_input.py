@@ -114,7 +114,8 @@ def test_bad_input_gets_a_message_not_a_traceback(
     bad: Path, tmp_path: Path, args: str, status: int, says: str
 ) -> None:
     argv = [a.replace("{bad}", str(bad)) for a in args.split()]
-    env = {**os.environ, "SERVECTL_DEBUG": ""}
+    # This checkout's servectl, whatever an editable install points at.
+    env = {**os.environ, "SERVECTL_DEBUG": "", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "servectl", *argv],
         cwd=tmp_path,  # no ./policies here: nothing is read by accident
@@ -143,13 +144,13 @@ def test_an_unexpected_error_is_one_line_with_a_way_to_the_traceback(tmp_path: P
     )
     quiet = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "SERVECTL_DEBUG": ""},
+        env={**os.environ, "SERVECTL_DEBUG": "", "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     assert quiet.returncode == 70
     assert "internal error (a bug in servectl): RuntimeError: kaput" in quiet.stderr
     assert "Traceback" not in quiet.stderr and "SERVECTL_DEBUG=1" in quiet.stderr
     loud = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "SERVECTL_DEBUG": "1"},
+        env={**os.environ, "SERVECTL_DEBUG": "1", "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     assert loud.returncode != 0 and "Traceback" in loud.stderr and "kaput" in loud.stderr

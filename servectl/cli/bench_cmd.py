@@ -1,0 +1,250 @@
+"""``servectl bench``: the standard suite, rollouts under load, metrics and micro benchmarks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail
+from servectl.cli.policy_cmd import _policy_config
+
+# --------------------------------------------------------------------------- bench
+
+
+def bench(
+    traces_opt: Annotated[
+        str | None, typer.Option("--traces", help="Comma-separated subset of the standard suite.")
+    ] = None,
+    policies_opt: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policies.")
+    ] = "servectl,hpa,kpa,oracle",
+    seed: Annotated[int, typer.Option(min=0, help="Seed for the suite and the arrivals.")] = 0,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
+    micro: Annotated[
+        bool,
+        typer.Option("--micro", help="Instead: time one simulated hour and one policy decision."),
+    ] = False,
+    rollouts: Annotated[
+        bool,
+        typer.Option(
+            "--rollouts",
+            help=(
+                "Instead: a canary rollout in the middle of step, spike and diurnal load, "
+                "servectl beside Argo-style and Flagger-style controllers (--traces picks "
+                "traces, --policies picks controllers: servectl,argo-style,flagger-style)."
+            ),
+        ),
+    ] = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help=(
+                "Instead: time one metrics snapshot for 10 and for --services services x 3 "
+                "revisions against a real Prometheus (needs the `prometheus` binary)."
+            ),
+        ),
+    ] = False,
+    services: Annotated[
+        int, typer.Option(min=1, help="With --metrics: services in the large case.")
+    ] = 1000,
+    repeat: Annotated[
+        int, typer.Option(min=3, help="With --metrics: snapshots timed per case.")
+    ] = 15,
+) -> None:
+    """Run every trace of the standard suite through every policy and compare.
+
+    servectl's default policy is compared with Kubernetes HPA v2 and Knative KPA (run
+    with their documented defaults and the same per-replica targets) and the
+    perfect-foresight oracle. See docs/benchmarks.md for every parameter.
+
+    With --rollouts: each controller runs each trace twice (with and without a rollout
+    starting two minutes before the load change) and reports SLO attainment, requests
+    lost to unready or drained capacity, extra replicas and the rollout's duration.
+    """
+    from servectl.cli import format as fmt
+    from servectl.sim import bench as sim_bench
+    from servectl.sim import suite, traces
+
+    output = console.resolve(output, as_json)
+    if micro:
+        _micro_bench(output)
+        return
+    if metrics:
+        _metrics_bench(services, repeat, output)
+        return
+    if rollouts:
+        _rollout_bench(traces_opt, policies_opt, seed, output)
+        return
+    svc = suite.service()
+    suite_traces = traces.standard_suite(seed)
+    if traces_opt:
+        wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
+        known = {t.name for t in suite_traces}
+        unknown = [t for t in wanted if t not in known]
+        if unknown:
+            raise fail(
+                f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
+            )
+        suite_traces = [t for t in suite_traces if t.name in wanted]
+    try:
+        factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
+    except ValueError as exc:
+        raise fail(f"--policies: {exc}") from exc
+
+    def progress(trace: str, policy: str, index: int, total: int) -> None:
+        if not output.machine:
+            err.print(f"[{index}/{total}] {trace} × {policy}", highlight=False, markup=False)
+
+    records = sim_bench.run_bench(suite_traces, factories, svc, seed=seed, progress=progress)
+    header, rows = fmt.bench_rows(records)
+    wide_header, wide_rows = fmt.bench_wide_rows(records)
+    console.emit(
+        output,
+        title="per trace",
+        header=header,
+        rows=rows,
+        records=[record.to_record() for record in records],
+        wide_header=wide_header,
+        wide_rows=wide_rows,
+    )
+    if output.machine:
+        return
+    summary_header, summary_rows = fmt.bench_summary_rows(records)
+    console.print_table(
+        "suite totals and ratios (servectl vs others)", summary_header, summary_rows
+    )
+
+
+def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, output: Output) -> None:
+    from servectl.sim import rollout_bench
+
+    names = (
+        [t.strip() for t in traces_opt.split(",") if t.strip()]
+        if traces_opt
+        else list(rollout_bench.ROLLOUT_TRACES)
+    )
+    default_policies = "servectl,hpa,kpa,oracle"
+    controllers = (
+        list(rollout_bench.CONTROLLERS)
+        if policies_opt == default_policies
+        else [p.strip() for p in policies_opt.split(",") if p.strip()]
+    )
+
+    def progress(trace: str, controller: str, index: int, total: int) -> None:
+        if not output.machine:
+            err.print(
+                f"[{index}/{total}] {trace} × {controller} (with and without a rollout)",
+                highlight=False,
+                markup=False,
+            )
+
+    try:
+        records = rollout_bench.run_rollout_bench(names, controllers, seed=seed, progress=progress)
+    except ValueError as exc:
+        raise fail(f"--traces/--policies: {exc}") from exc
+    header, rows = rollout_bench.table(records)
+    wide_header, wide_rows = rollout_bench.wide_columns(records)
+    console.emit(
+        output,
+        title="rollouts under load (servectl vs emulated peers)",
+        header=header,
+        rows=rows,
+        records=[record.to_record() for record in records],
+        wide_header=wide_header,
+        wide_rows=wide_rows,
+    )
+
+
+def _metrics_bench(services: int, repeat: int, output: Output) -> None:
+    from servectl.metrics import bench as metrics_bench
+    from servectl.metrics.server import PrometheusError, find_prometheus
+
+    if find_prometheus() is None:
+        raise fail("--metrics needs Prometheus: apt-get install prometheus (Debian/Ubuntu)")
+    try:
+        rows = metrics_bench.run_metrics_bench(
+            services,
+            repeat=repeat,
+            progress=lambda m: err.print(m, highlight=False, markup=False),
+        )
+    except (PrometheusError, RuntimeError) as exc:
+        raise fail(str(exc), 1) from exc
+    header = [
+        "case",
+        "size",
+        "analysed",
+        "queries",
+        "median ms",
+        "p90 ms",
+        "revisions",
+        "missing",
+        "rps err",
+    ]
+    body = [
+        [
+            r.case,
+            f"{r.services} x {r.revisions}",
+            str(r.analysed_services),
+            str(r.queries_per_snapshot),
+            f"{r.median_ms:.0f}",
+            f"{r.p90_ms:.0f}",
+            str(r.revisions_seen),
+            str(r.revisions_missing_signals),
+            f"{100 * r.max_rps_error:.1f} %",
+        ]
+        for r in rows
+    ]
+    console.emit(
+        output,
+        title=f"metrics snapshot, {repeat} per case (real Prometheus)",
+        header=header,
+        rows=body,
+        records=metrics_bench.rows_as_records(rows),
+    )
+
+
+def _micro_bench(output: Output) -> None:
+    """Medians of 3: a simulated hour at 1000 req/s (fixed replicas, then servectl's
+    policy deciding every 2 s) and one decision of each policy, CEL included."""
+    import statistics
+
+    import numpy as np
+
+    from servectl.autoscaling import engine, registry
+    from servectl.sim import bench as sim_bench
+    from servectl.sim import runner, suite, traces
+
+    svc = suite.service()
+    cfg = suite.autoscaling_config(svc)
+    figures: dict[str, float] = dict(sim_bench.micro_benchmarks())
+    hour = traces.Trace(name="flat-1000", rps=np.full(3600, 1000.0))
+    walls = []
+    for seed in range(3):
+        started = time.perf_counter()
+        runner.simulate(
+            hour, registry.build("servectl", cfg), svc, seed=seed, max_replicas=suite.MAX_REPLICAS
+        )
+        walls.append(time.perf_counter() - started)
+    figures["simulate_1h_1000rps_servectl_s"] = round(statistics.median(walls), 3)
+    _, custom = _policy_config(None, None, Path("policies/latency-slo.yaml"), {})
+    subjects = {
+        "servectl": registry.build("servectl", cfg),
+        "servectl+latency-slo (CEL)": engine.EnginePolicy(cfg, custom),
+        "hpa": registry.build("hpa", suite.autoscaling_config(svc, latency=False)),
+        "kpa": registry.build("kpa", suite.kpa_config(svc)),
+    }
+    for label, subject in subjects.items():
+        figures[f"decide_us[{label}]"] = round(sim_bench.decision_us(subject), 1)
+    console.emit(
+        output,
+        title="one simulated hour (s) and one decision (µs), medians of 3",
+        header=["figure", "value"],
+        rows=[[key, f"{value:g}"] for key, value in figures.items()],
+        records=[figures],
+    )

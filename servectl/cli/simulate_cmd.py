@@ -1,0 +1,133 @@
+"""``servectl simulate``: replay a load trace through policies on simulated replicas."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
+
+# --------------------------------------------------------------------------- simulate
+
+
+def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | None) -> Any:
+    from servectl.sim import traces
+
+    if csv is not None:
+        try:
+            trace = traces.from_csv(csv)
+        except (OSError, ValueError) as exc:
+            raise fail(f"--csv {csv}: {exc}") from exc
+    else:
+        suite = {t.name: t for t in traces.standard_suite(seed)}
+        chosen = name or "diurnal"
+        if chosen not in suite:
+            raise fail(
+                f"--trace {chosen!r}: unknown; choose one of {', '.join(suite)} or --csv FILE"
+            )
+        trace = suite[chosen]
+    if minutes is not None:
+        if minutes * 60 < 1:
+            raise fail(f"--minutes {minutes:g}: simulate at least one second, e.g. --minutes 5")
+        trace = traces.truncate(trace, int(minutes * 60))
+    return trace
+
+
+def simulate(
+    trace_name: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="A standard trace: steady_noisy, step, spike, ramp, diurnal, bursty."
+        ),
+    ] = None,
+    csv: Annotated[
+        Path | None,
+        typer.Option("--csv", help="Replay a load trace from a CSV with columns t,rps."),
+    ] = None,
+    policy: Annotated[str, typer.Option(help="The policy under test.")] = "servectl",
+    compare: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated policies to run beside it (servectl, hpa, kpa, oracle)."
+        ),
+    ] = "hpa,kpa,oracle",
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG timeline (load, replicas, p99 vs SLO) here.")
+    ] = None,
+    minutes: Annotated[
+        float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for arrivals and service times.")] = 0,
+    output: console.OutputOption = Output.TABLE,
+    as_json: console.JsonAlias = False,
+) -> None:
+    """Replay a load trace through policies on simulated TF Serving replicas.
+
+    Every policy sees the same arrivals, cold start and Prometheus-like metrics. The
+    table shows SLO attainment (share of requests under the latency SLO), replica-seconds
+    (cost) and scale actions.
+
+    \b
+    Example:
+      servectl simulate --trace step --compare hpa,kpa --plot out/step.png
+    """
+    from servectl.cli import format as fmt
+    from servectl.sim import plot as sim_plot
+    from servectl.sim import runner, suite
+
+    output = console.resolve(output, as_json)
+    quiet = output.machine
+    if plot is not None:
+        console.output_file(plot, "--plot")
+    svc = suite.service()
+    trace = _load_trace(trace_name, csv, seed, minutes)
+    names = [policy] + [n.strip() for n in compare.split(",") if n.strip() and n.strip() != policy]
+    try:
+        factories = suite.policies(svc, names)
+    except ValueError as exc:
+        raise fail(f"--policy/--compare: {exc}") from exc
+    results = {}
+    for name, factory in factories.items():
+        if not quiet:
+            err.print(
+                f"simulating {trace.name} ({len(trace.rps) // 60} min) with {name} ...",
+                highlight=False,
+                markup=False,
+            )
+        started = time.perf_counter()
+        results[name] = runner.simulate(
+            trace,
+            factory(trace),
+            svc,
+            min_replicas=suite.MIN_REPLICAS,
+            max_replicas=suite.MAX_REPLICAS,
+            seed=seed,
+        )
+        if not quiet:
+            err.print(f"  done in {time.perf_counter() - started:.1f} s")
+    console.emit(
+        output,
+        title=f"{trace.name}: share of requests within the {svc.slo_ms:g} ms SLO; cost relative "
+        f"to {policy}; flips = scale direction reversals",
+        header=fmt.SIMULATE_HEADER,
+        rows=fmt.simulate_rows(results, subject=policy),
+        records=[
+            {"trace": trace.name, "policy": name, **result.to_record()}
+            for name, result in results.items()
+        ],
+        wide_header=fmt.SIMULATE_WIDE_HEADER,
+        wide_rows=fmt.simulate_wide_rows(results),
+    )
+    if plot is not None:
+        try:
+            sim_plot.plot_timeline(
+                results, plot, svc.slo_ms, title=f"{trace.name} — {trace.description}"
+            )
+        except OSError as exc:
+            raise fail(f"--plot {plot}: cannot write it ({exc.strerror or exc})", 1) from exc
+        if not quiet:
+            out.print(f"timeline written to {plot}", highlight=False, markup=False)
