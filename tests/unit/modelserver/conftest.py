@@ -179,3 +179,12 @@ def start_model_server(flags: list[str], ready: str) -> tuple[subprocess.Popen[s
         if ready in line or not line:
             break
     return proc, lines
+
+
+def end_model_server(proc: subprocess.Popen[str]) -> None:
+    """Kill a server still running (a test that failed midway) and close its stderr."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()

@@ -28,7 +28,7 @@ from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
 from servectl.modelserver.grpc_api import GrpcServer, serve_grpc  # noqa: E402
 from servectl.modelserver.models import ModelManager, parse_model_config_text  # noqa: E402
 
-from .conftest import MODEL, config_text, free_port, start_model_server  # noqa: E402
+from .conftest import MODEL, config_text, end_model_server, free_port, start_model_server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
@@ -386,11 +386,7 @@ def test_model_server_serves_grpc_and_stops_on_sigterm(model_base: Path) -> None
         proc.terminate()  # SIGTERM
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        end_model_server(proc)
 
 
 def test_grpc_requests_are_counted_in_the_monitoring_metrics(model_base: Path) -> None:

@@ -18,7 +18,7 @@ pytest.importorskip("tensorflow")
 from servectl.modelserver.rest import RestServer
 from servectl.modelserver.server import FlagError, parse_flags
 
-from .conftest import MODEL, free_port, start_model_server
+from .conftest import MODEL, end_model_server, free_port, start_model_server
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -337,11 +337,7 @@ def test_sigterm_finishes_in_flight_request(config_file: Path) -> None:
         assert idle.sock is not None and idle.sock.recv(1) == b""  # closed by the server
     finally:
         idle.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        end_model_server(proc)
 
 
 def test_unknown_flag_exits_nonzero() -> None:

@@ -25,7 +25,7 @@ from servectl.modelserver.server import (  # noqa: E402
     run,
 )
 
-from .conftest import MODEL, free_port, start_model_server  # noqa: E402
+from .conftest import MODEL, end_model_server, free_port, start_model_server  # noqa: E402
 
 MISSING = "/nonexistent/servectl-test-models"  # loading it would fail: ports come first
 
@@ -131,11 +131,7 @@ def test_busy_port_exits_1_with_one_line(grpc_neighbour: int) -> None:
     try:
         assert proc.wait(timeout=60) == 1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
+        end_model_server(proc)
     errors = [ln for ln in lines if f"--port={grpc_neighbour}" in ln]
     assert len(errors) == 1, "".join(lines)
     assert "is already in use (another model server?)" in errors[0]
@@ -164,11 +160,7 @@ def test_grpc_bind_address_is_used_and_logged(model_base: Path) -> None:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
+        end_model_server(proc)
 
 
 def test_help_shows_every_default_both_usages_and_an_unwrapped_example(
