@@ -67,8 +67,8 @@ def bench(
     starting two minutes before the load change) and reports SLO attainment, requests
     lost to unready or drained capacity, extra replicas and the rollout's duration.
     """
+    from servectl.backends.sim import bench as sim_bench
     from servectl.cli import format as fmt
-    from servectl.sim import bench as sim_bench
     from servectl.sim import suite, traces
 
     output = console.resolve(output, as_json)
@@ -122,7 +122,7 @@ def bench(
 
 
 def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, output: Output) -> None:
-    from servectl.sim import rollout_bench
+    from servectl.backends.sim import rollout_bench
 
     names = (
         [t.strip() for t in traces_opt.split(",") if t.strip()]
@@ -217,8 +217,9 @@ def _micro_bench(output: Output) -> None:
     import numpy as np
 
     from servectl.autoscaling import engine, registry
-    from servectl.sim import bench as sim_bench
-    from servectl.sim import runner, suite, traces
+    from servectl.backends.sim import bench as sim_bench
+    from servectl.backends.sim.run import simulate
+    from servectl.sim import suite, traces
 
     svc = suite.service()
     cfg = suite.autoscaling_config(svc)
@@ -227,7 +228,7 @@ def _micro_bench(output: Output) -> None:
     walls = []
     for seed in range(3):
         started = time.perf_counter()
-        runner.simulate(
+        simulate(
             hour, registry.build("servectl", cfg), svc, seed=seed, max_replicas=suite.MAX_REPLICAS
         )
         walls.append(time.perf_counter() - started)

@@ -73,8 +73,13 @@ def simulate_rollout_cmd(
     """
     from servectl import specfile
     from servectl.api import models, validation
+    from servectl.backends.sim import rollout_bench
+    from servectl.backends.sim.run import simulate_rollout
     from servectl.cli.simulate_cmd import _load_trace
-    from servectl.sim import control, model, rollout_bench, rollout_sim, runner, suite
+    from servectl.rollout.machine import Op
+    from servectl.sim import model, suite
+    from servectl.sim import scenario as control
+    from servectl.sim.world import RolloutSimResult
 
     output = console.resolve(output, as_json)
     quiet = output.machine
@@ -108,7 +113,7 @@ def simulate_rollout_cmd(
             2: control.RevisionModel(2, canary, error_rate=canary_error_rate),
         },
         stable_version=1,
-        events=(control.Event(start, control.Op.START, 2),),
+        events=(control.Event(start, Op.START, 2),),
         service_name="model",
         header_share=0.2 if spec.strategy is models.RolloutStrategy.AB_TEST else 0.0,
         min_replicas=suite.MIN_REPLICAS,
@@ -121,8 +126,7 @@ def simulate_rollout_cmd(
         raise fail(
             f"--compare: unknown {', '.join(unknown)}; choose from argo-style, flagger-style"
         )
-    initial = runner.initial_replicas_for(trace, svc, suite.MIN_REPLICAS, suite.MAX_REPLICAS)
-    results: dict[str, rollout_sim.RolloutSimResult] = {}
+    results: dict[str, RolloutSimResult] = {}
     for name in names:
         if not quiet:
             err.print(
@@ -131,7 +135,7 @@ def simulate_rollout_cmd(
             )
         began = time.perf_counter()
         try:
-            controller = factories[name](scenario, initial)
+            controller = factories[name](scenario)
         except ValueError as exc:
             if name == "servectl":
                 raise fail(
@@ -139,7 +143,7 @@ def simulate_rollout_cmd(
                 ) from exc
             err.print(f"  {name} cannot run this spec: {exc}", highlight=False, markup=False)
             continue
-        results[name] = rollout_sim.simulate_rollout(scenario, controller, seed=seed)
+        results[name] = simulate_rollout(scenario, controller, seed=seed)
         if not quiet:
             err.print(f"  done in {time.perf_counter() - began:.1f} s")
     records = [result.to_record() for result in results.values()]

@@ -75,9 +75,10 @@ def simulate(
     Example:
       servectl simulate --trace step --compare hpa,kpa --plot out/step.png
     """
+    from servectl.backends.sim.run import simulate
     from servectl.cli import format as fmt
     from servectl.sim import plot as sim_plot
-    from servectl.sim import runner, suite
+    from servectl.sim import suite
 
     output = console.resolve(output, as_json)
     quiet = output.machine
@@ -99,7 +100,7 @@ def simulate(
                 markup=False,
             )
         started = time.perf_counter()
-        results[name] = runner.simulate(
+        results[name] = simulate(
             trace,
             factory(trace),
             svc,

@@ -496,8 +496,13 @@ def _replicas(
         # slack kept is its base only when it adds nothing ahead; otherwise it is
         # pre-scaling, within the surge budget (a base holding last cycle's pre-scaled
         # replicas would free the budget for more, cut the cycle after: flapping).
+        # Alone with all the traffic and no rollout, the need is the autoscaler's demand
+        # itself (no measured cost or mix in it): the policy's own stabilization decides,
+        # and the planner passes its count through unchanged.
+        alone = len(names) == 1 and canary is None
         if (
-            previous > want
+            not alone
+            and previous > want
             and goal > 0
             and goal >= share - 1e-9
             and needs(name, max(share, goal) * (1.0 + SHRINK_TOLERANCE)) >= previous

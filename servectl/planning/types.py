@@ -2,7 +2,7 @@
 boundary between a backend (sim, local, kubernetes) and the pure decision code.
 
 A backend builds an :class:`Observed` once per reconcile cycle; the decision code
-(``servectl.planning.loop``) returns a :class:`Plan`, which the backend applies: each
+(``servectl.controller.decide``) returns a :class:`Plan`, which the backend applies: each
 revision's replica count, the weights, and the header route of an A/B test.
 
 Weights are integer percents of the traffic that no header route claims; they sum to 100
@@ -11,6 +11,7 @@ over the revisions listed (a revision not listed has weight 0 and no replicas).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from servectl.autoscaling.snapshot import Snapshot
@@ -45,6 +46,8 @@ class Observed:
     header_revision: str | None = None  # where A/B-matched requests go now (None: no route)
     latency_bounds_us: tuple[float, ...] = ()  # finite bucket bounds of Counters.latency_buckets
     metrics_ok: bool = True  # False: scrapes stale or missing (rule 8)
+    # Custom analysis checks' values: metric -> (canary, stable); None where missing.
+    custom: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
     def revision(self, name: str) -> ObservedRevision | None:
         return next((r for r in self.revisions if r.name == name), None)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from servectl.sim import rollout_sim, runner
+from servectl.sim import results as results_mod
+from servectl.sim import world
 
 
 def plot_timeline(
-    result_by_policy: Mapping[str, runner.SimResult],
+    result_by_policy: Mapping[str, results_mod.SimResult],
     path: str | Path,
     slo_ms: float,
     *,
@@ -69,7 +70,7 @@ def plot_timeline(
 
 
 def plot_rollouts(
-    results: Mapping[str, rollout_sim.RolloutSimResult],
+    results: Mapping[str, world.RolloutSimResult],
     path: str | Path,
     slo_ms: float,
     *,

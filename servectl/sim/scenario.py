@@ -1,40 +1,28 @@
-"""The contract between the multi-revision simulator and whatever controls it.
+"""What a simulated world is made of: the model versions that exist, the load, and when
+the user acts (:class:`RolloutScenario`).
 
-A *controller* owns every revision's replica count and the traffic weights: servectl's
-coordination loop (``servectl.sim.servectl_controller``) or an emulated peer
-(``servectl.sim.peers``: Argo-style, Flagger-style). Each tick the simulator hands it an
-:class:`~servectl.planning.types.Observed` and the user's rollout commands that arrived
-since the last tick (:class:`Event`), and applies the :class:`~servectl.planning.types.Plan`
-it returns, exactly: replicas at once (new ones cold-start, removed ones leave the routes
-and finish their queue), weights and the header route at once.
+The world (:mod:`servectl.sim.world`) runs a scenario second by second; a backend
+(:class:`servectl.backends.sim.SimBackend`) lets the controller loop observe it and apply
+plans to it, exactly: replicas at once (new ones cold-start, removed ones leave the
+routes and finish their queue), weights and the header route at once. User commands use
+the rollout's own vocabulary (:class:`servectl.rollout.machine.Op`).
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from servectl.planning.types import Observed, Plan
+from servectl.rollout.machine import Op
 from servectl.sim import model, traces
 
-
-class Op(enum.StrEnum):
-    """A user's rollout command (``servectl rollout <op>``)."""
-
-    START = "start"  # a new model version: Event.version
-    PAUSE = "pause"
-    RESUME = "resume"
-    PROMOTE = "promote"  # skip to the next step
-    PROMOTE_FULL = "promote-full"  # skip every remaining step
-    ABORT = "abort"
-    RETRY = "retry"
-    UNDO = "undo"
+__all__ = ["Event", "Op", "RevisionModel", "RolloutScenario"]
 
 
 @dataclass(frozen=True)
 class Event:
+    """A user's rollout command (``servectl rollout <op>``) at ``time``."""
+
     time: float
     op: Op
     version: int | None = None  # for START
@@ -69,18 +57,7 @@ class RolloutScenario:
     initial_replicas: int | None = None  # None: enough for the first minute at 70 %
     grace_s: float = 30.0  # a removed replica is killed this long after leaving the routes
     metrics_outages: tuple[tuple[float, float], ...] = ()  # [start, end) with no scrapes
+    routing: model.Routing = model.Routing.ROUND_ROBIN  # within a revision
 
     def revision_name(self, version: int) -> str:
         return f"{self.service_name}-v{version}"
-
-
-class Controller(Protocol):
-    """Decides every revision's replicas and the weights, once per ``period_s``."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def period_s(self) -> float: ...
-
-    def tick(self, observed: Observed, events: Sequence[Event]) -> Plan: ...

@@ -26,9 +26,15 @@ import numpy.typing as npt
 
 from servectl.api import models
 from servectl.autoscaling import registry
-from servectl.planning import loop
-from servectl.sim import control, model, peers, rollout_sim, runner, suite, traces
-from servectl.sim.servectl_controller import ServectlController
+from servectl.backends.sim import peers
+from servectl.backends.sim.run import simulate_rollout
+from servectl.controller.backend import Decider
+from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.spec import ServiceSpec
+from servectl.rollout.machine import Op
+from servectl.sim import model, results, suite, traces
+from servectl.sim import scenario as control
+from servectl.sim.world import RolloutSimResult
 
 ROLLOUT_TRACES = ("step", "spike", "diurnal")
 CONTROLLERS = ("servectl", "argo-style", "flagger-style")
@@ -66,7 +72,7 @@ def bench_rollout_spec() -> models.RolloutSpec:
 
 def start_time(trace: traces.Trace) -> int:
     """Two minutes before the largest abrupt rise, else the middle minus five minutes."""
-    rise = runner._largest_rise(np.asarray(trace.rps, dtype=np.float64))
+    rise = results.largest_rise(np.asarray(trace.rps, dtype=np.float64))
     if rise is not None:
         return max(60, rise - LEAD_S)
     return max(60, trace.duration_s // 2 - 300)
@@ -77,8 +83,8 @@ class RolloutRecord:
     trace: str
     controller: str
     seed: int
-    with_rollout: rollout_sim.RolloutSimResult
-    without: rollout_sim.RolloutSimResult
+    with_rollout: RolloutSimResult
+    without: RolloutSimResult
 
     @property
     def slo_delta_pp(self) -> float:
@@ -132,7 +138,7 @@ class RolloutRecord:
         }
 
 
-ControllerFactory = Callable[[control.RolloutScenario, int], control.Controller]
+ControllerFactory = Callable[[control.RolloutScenario], Decider]
 
 
 def controller_factories(
@@ -141,23 +147,19 @@ def controller_factories(
     cfg = suite.autoscaling_config(svc)
     hpa_cfg = peers.peer_hpa_config(suite.MIN_REPLICAS, suite.MAX_REPLICAS, suite.CPU_TARGET)
 
-    def servectl(scenario: control.RolloutScenario, initial: int) -> control.Controller:
-        service = loop.ServiceSpec(
+    def servectl(scenario: control.RolloutScenario) -> Decider:
+        service = ServiceSpec(
             name=scenario.service_name,
             rollout=spec,
             min_replicas=scenario.min_replicas,
             max_replicas=scenario.max_replicas,
         )
-        return ServectlController(
-            service, registry.build("servectl", cfg), scenario.stable_version, initial
-        )
+        return ServectlLoop(service, registry.build("servectl", cfg))
 
-    def argo(scenario: control.RolloutScenario, initial: int) -> control.Controller:
-        del initial
+    def argo(scenario: control.RolloutScenario) -> Decider:
         return peers.ArgoStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)
 
-    def flagger(scenario: control.RolloutScenario, initial: int) -> control.Controller:
-        del initial
+    def flagger(scenario: control.RolloutScenario) -> Decider:
         return peers.FlaggerStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)
 
     return {"servectl": servectl, "argo-style": argo, "flagger-style": flagger}
@@ -166,7 +168,7 @@ def controller_factories(
 def scenario_for(
     trace: traces.Trace, svc: model.ServiceModel, *, with_rollout: bool
 ) -> control.RolloutScenario:
-    events = (control.Event(float(start_time(trace)), control.Op.START, 2),) if with_rollout else ()
+    events = (control.Event(float(start_time(trace)), Op.START, 2),) if with_rollout else ()
     return control.RolloutScenario(
         name=trace.name,
         trace=trace,
@@ -203,21 +205,16 @@ def run_rollout_bench(
     index = 0
     for trace_name in trace_names:
         trace = by_name[trace_name]
-        initial = runner.initial_replicas_for(trace, svc, suite.MIN_REPLICAS, suite.MAX_REPLICAS)
         for name in controllers:
             index += 1
             if progress is not None:
                 progress(trace_name, name, index, total)
-            results = []
+            runs = []
             for with_rollout in (True, False):
                 scenario = scenario_for(trace, svc, with_rollout=with_rollout)
-                controller = factories[name](scenario, initial)
-                results.append(
-                    rollout_sim.simulate_rollout(
-                        scenario, controller, seed=seed, record_plans=False
-                    )
-                )
-            records.append(RolloutRecord(trace_name, name, seed, results[0], results[1]))
+                decider = factories[name](scenario)
+                runs.append(simulate_rollout(scenario, decider, seed=seed, record_plans=False))
+            records.append(RolloutRecord(trace_name, name, seed, runs[0], runs[1]))
     return records
 
 

@@ -1,27 +1,31 @@
 """One reconcile cycle's decision, pure: autoscaler -> rollout -> planner (DESIGN §2).
 
-Every backend runs the same :func:`decide`: the simulator (``servectl.sim``), the local
-runtime and the Kubernetes controller differ only in how they build the
+Every backend runs the same :func:`decide`: the simulator, the local runtime and the
+Kubernetes controller differ only in how they build the
 :class:`~servectl.planning.types.Observed` and apply the :class:`Plan`. The whole state
-is a value (:class:`LoopState`, with a JSON form) kept in the ModelService status.
+is a value (:class:`LoopState`; its JSON form is :mod:`servectl.controller.state`) that a
+backend keeps in the ModelService status or its store.
+
+``mode: recommend`` (:attr:`ServiceSpec.mode`): the policy is asked with the replicas that
+really run, and the outcome says what would be done; :func:`reconcile_once
+<servectl.controller.reconcile.reconcile_once>` then records it and applies nothing.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from servectl.api import models
+from servectl.autoscaling import config, snapshot
 from servectl.autoscaling import policy as policy_mod
-from servectl.autoscaling import snapshot
+from servectl.autoscaling.decision import Decision, Reason
+from servectl.controller.spec import ServiceSpec
 from servectl.planning import planner
 from servectl.planning.types import Observed, Plan
 from servectl.rollout import machine
 
-DEFAULT_SURGE = 0.25
-"""Surge budget without ``surgeBudget``: this share of the demand (Deployment maxSurge)."""
+__all__ = ["Command", "LoopState", "Outcome", "decide", "initial_state"]
 
 
 @dataclass(frozen=True)
@@ -29,58 +33,41 @@ class Command:
     """A user's rollout operation, delivered to the next cycle."""
 
     op: machine.Op
-    version: int | None = None
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """What the loop needs of a ModelService."""
-
-    name: str
-    rollout: models.RolloutSpec = field(default_factory=models.RolloutSpec)
-    min_replicas: int = 1
-    max_replicas: int = 100
-    gpus_per_replica: int = 0
-
-    def revision_name(self, version: int) -> str:
-        return f"{self.name}-v{version}"
-
-    def surge_replicas(self, demand: int) -> int | None:
-        """The surge budget in replicas (the tighter of its replicas and gpus bounds).
-
-        Omitted: a quarter of the current demand (at least one replica), like a
-        Deployment's default maxSurge of 25 %, so a rollout never doubles the fleet.
-        Blue/green holds a full second fleet by design and has no budget.
-        """
-        budget = self.rollout.surge_budget
-        if self.rollout.strategy is models.RolloutStrategy.BLUE_GREEN:
-            return None
-        if budget is None:
-            return max(1, math.ceil(demand * DEFAULT_SURGE))
-        bounds = []
-        if budget.replicas is not None:
-            bounds.append(budget.replicas)
-        if budget.gpus is not None and self.gpus_per_replica > 0:
-            bounds.append(budget.gpus // self.gpus_per_replica)
-        return min(bounds) if bounds else None
+    version: int | None = None  # for START
 
 
 @dataclass(frozen=True)
 class LoopState:
+    """Everything the loop carries from one cycle to the next."""
+
     rollout: machine.RolloutState
     planner: planner.PlannerState
-    policy: Any
+    policy: policy_mod.State
     demand: int
 
 
 @dataclass(frozen=True)
 class Outcome:
+    """One cycle's decision and what led to it.
+
+    ``plan`` is what to apply; ``state`` the decider's state for the next cycle (a
+    :class:`LoopState` for servectl's loop; emulated peers keep theirs and give None).
+    ``intent``, ``names`` and ``limits`` are what the planner was given, so status, tests
+    and ``servectl explain`` can show why without re-running anything.
+    """
+
     plan: Plan
-    state: LoopState
-    demand: int
+    state: Any
+    demand: int  # total replicas wanted (the autoscaler's, clamped to the spec's bounds)
     decided_by: str | None
     reason: str
     errors: tuple[str, ...] = ()  # refused commands, with the fix
+    requested: int | None = None  # what the policy asked for, before the bounds
+    decision: Decision | None = None
+    intent: machine.Intent | None = None
+    names: Mapping[int, str] | None = None
+    limits: planner.Limits | None = None
+    planner_before: planner.PlannerState | None = None
 
 
 def initial_state(stable_version: int, policy: policy_mod.Policy, replicas: int) -> LoopState:
@@ -92,8 +79,12 @@ def initial_state(stable_version: int, policy: policy_mod.Policy, replicas: int)
     )
 
 
-def _versions(observed: Observed, spec: ServiceSpec) -> dict[str, int]:
-    return {r.name: r.version for r in observed.revisions}
+def _wanted(decision: Decision) -> int:
+    """What the policy wants: the engine in recommend mode keeps the current count and
+    puts its recommendation aside; the loop needs the recommendation."""
+    if decision.reason is Reason.RECOMMEND_ONLY and decision.recommended is not None:
+        return int(decision.recommended)
+    return int(decision.replicas)
 
 
 def decide(
@@ -122,19 +113,23 @@ def decide(
     if rollout_state.canary is not None:
         canary_rev = observed.revision(spec.revision_name(rollout_state.canary))
         canary_weight = canary_rev.weight if canary_rev is not None else 0
+    recommend = spec.mode is config.Mode.RECOMMEND
+    # Recommend mode applies nothing, so the policy is told what really runs.
+    current = sum(r.desired for r in serving) if recommend else state.demand
     snap = replace(
         observed.service,
         replicas=snapshot.Replicas(
-            current=state.demand, ready=ready, min=spec.min_replicas, max=spec.max_replicas
+            current=current, ready=ready, min=spec.min_replicas, max=spec.max_replicas
         ),
         rollout=snapshot.RolloutInfo(
             phase=str(rollout_state.phase), step=rollout_state.step, canary_weight=canary_weight
         ),
     )
     decision, policy_state = policy.decide(snap, state.policy)
-    demand = min(max(int(decision.replicas), spec.min_replicas, 1), spec.max_replicas)
+    requested = _wanted(decision)
+    demand = min(max(requested, spec.min_replicas, 1), spec.max_replicas)
 
-    by_name = _versions(observed, spec)
+    by_name = {r.name: r.version for r in observed.revisions}
     view = machine.View(
         now=now,
         weights={v: r.weight for r in observed.revisions for v in [by_name[r.name]]},
@@ -151,6 +146,7 @@ def decide(
         },
         bounds_us=observed.latency_bounds_us,
         metrics_ok=observed.metrics_ok,
+        custom=dict(observed.custom),
     )
     rollout_state, intent = machine.advance(rollout_state, spec.rollout, view)
 
@@ -158,18 +154,12 @@ def decide(
     for version in (intent.stable, intent.canary, *intent.weights):
         if version is not None:
             names[version] = spec.revision_name(version)
-    new_plan, planner_state = planner.plan(
-        intent,
-        observed,
-        demand,
-        state.planner,
-        names,
-        planner.Limits(
-            min_replicas=spec.min_replicas,
-            max_replicas=spec.max_replicas,
-            surge_replicas=spec.surge_replicas(demand),
-        ),
+    limits = planner.Limits(
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        surge_replicas=spec.surge_replicas(demand),
     )
+    new_plan, planner_state = planner.plan(intent, observed, demand, state.planner, names, limits)
     if errors:
         new_plan = replace(new_plan, events=new_plan.events + tuple(errors))
     return Outcome(
@@ -181,8 +171,10 @@ def decide(
         decided_by=decision.signal,
         reason=str(decision.reason),
         errors=tuple(errors),
+        requested=requested,
+        decision=decision,
+        intent=intent,
+        names=names,
+        limits=limits,
+        planner_before=state.planner,
     )
-
-
-def versions_of(plan: Plan) -> Mapping[str, int]:
-    return {r.name: r.version for r in plan.revisions}

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from servectl.autoscaling import decision, policy, snapshot
-from servectl.sim import model, runner
+from servectl.backends.sim.run import simulate
+from servectl.sim import model
 from servectl.sim import traces as trace_mod
 
 PolicyFactory = Callable[[trace_mod.Trace], policy.Policy]
@@ -116,7 +117,7 @@ def run_bench(
             if progress is not None:
                 progress(trace.name, name, len(records) + 1, total)
             started = time.perf_counter()
-            result = runner.simulate(
+            result = simulate(
                 trace,
                 factory(trace),
                 service,
@@ -271,7 +272,7 @@ def speed_check(seconds: int = 3600, rps: float = 1000.0, *, seed: int = 0) -> f
     replicas = max(1, math.ceil(rps * service.service_s / (service.threads_per_replica * 0.7)))
     trace = trace_mod.Trace(name="speed", rps=np.full(seconds, float(rps)))
     started = time.perf_counter()
-    runner.simulate(
+    simulate(
         trace,
         FixedReplicas(replicas),
         service,
@@ -312,7 +313,7 @@ def decision_us(subject: policy.Policy, *, seconds: int = 600, seed: int = 0) ->
     meets on the first ``seconds`` of the diurnal trace (replayed outside the loop)."""
     trace = trace_mod.truncate(trace_mod.standard_suite(seed)[4], seconds)
     capture = _Capture(subject, [])
-    runner.simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
+    simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
     timings = []
     for snap, state in capture.seen:
         started = time.perf_counter()

@@ -1,26 +1,36 @@
-"""The multi-revision simulator: several model versions behind one router.
+"""The simulated world: several model versions (revisions) behind one router.
 
-``simulate_rollout(scenario, controller)`` is :func:`servectl.sim.runner.simulate`
-generalised to several revisions (model versions) whose replica counts, traffic weights and
-header route a :class:`~servectl.sim.control.Controller` decides. It reuses the
-single-revision pieces: one :class:`~servectl.sim.model.Fleet` per revision, ONE
-:class:`~servectl.sim.model.RequestStream` for the whole service (so every controller faces
+:class:`World` is what the simulator backend (:class:`servectl.backends.sim.SimBackend`)
+observes and applies plans to. One :class:`~servectl.sim.model.Fleet` per revision, ONE
+:class:`~servectl.sim.model.RequestStream` for the whole service (so every decider faces
 the same requests, each with its routing draw) and one
 :class:`~servectl.sim.pipeline.MetricsPipeline` per revision plus one for the service.
+A single-revision run (``servectl simulate``, ``servectl bench``) is the same world with
+one revision and no rollout.
 
-Each simulated second ``t``, in this order:
+Each simulated second ``t`` the driver (:func:`servectl.backends.sim.run.run_world`) does,
+in this order:
 
-1. every revision's fleet is refreshed (cold starts end, drained replicas go), then any
-   draining replica whose grace period has run out is killed and its requests are cut;
-2. on a scrape tick, outside ``scenario.metrics_outages``, every counter is scraped;
-3. on a controller tick the controller gets an :class:`~servectl.planning.types.Observed`
-   and the events due; its :class:`~servectl.planning.types.Plan` is validated and applied
-   at once (kills with ``grace_s = 0`` happen here, before any request of ``t``);
-4. second ``t``'s requests are routed (header route, then weights) and served.
+1. :meth:`World.begin`: every revision's fleet is refreshed (cold starts end, drained
+   replicas go), then any draining replica whose grace period has run out is killed and
+   its requests are cut; on a scrape tick, outside ``scenario.metrics_outages``, every
+   counter is scraped;
+2. on a controller tick, one ``reconcile_once``: the controller observes
+   (:meth:`World.observe`) and its plan is validated and applied at once
+   (:meth:`World.apply`; kills with ``grace_s = 0`` happen here, before any request of
+   ``t``);
+3. :meth:`World.end`: billing, then second ``t``'s requests are routed (header route,
+   then weights, then within the revision round robin or least-request) and served.
 
-docs/simulator.md ("Rollouts: several revisions") states every rule; the ones that need
-care are in the docstrings of :meth:`_Run.serve` (routing, errors) and :meth:`_Run._cut`
-(what a kill takes back from the books).
+**A request with no ready replica to go to is lost at once** (a 503 from the router).
+That is what the routers servectl drives do: HAProxy answers 503 when no server of a
+backend is up, Envoy (Gateway API) answers 503 "no healthy upstream", and a Kubernetes
+Service with no ready endpoint refuses the connection. (The single-revision simulator
+used to hold such requests at the router until their deadline, like Knative's activator;
+servectl never scales to zero, so that case only arose with every replica still cold.)
+
+docs/simulator.md states every rule; the ones that need care are in the docstrings of
+:meth:`World.serve` (routing, errors) and :meth:`World._cut` (what a kill takes back).
 """
 
 from __future__ import annotations
@@ -37,8 +47,9 @@ import numpy.typing as npt
 
 from servectl.autoscaling import snapshot
 from servectl.planning.types import Counters, Observed, ObservedRevision, Plan, RevisionPlan
-from servectl.sim import control, model, runner
+from servectl.sim import model, results
 from servectl.sim import pipeline as pipeline_mod
+from servectl.sim import scenario as scenario_mod
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -91,6 +102,8 @@ class RolloutSimResult:
     slo_met: FloatArray  # fraction of that second's requests meeting the SLO (NaN: none)
     total_replicas: IntArray  # billed: starting + ready + draining, every revision
     total_ready: IntArray  # ready replicas taking requests, every revision
+    cpu_cores: FloatArray  # mean cores busy that second, every revision
+    mean_ms: FloatArray  # mean latency of that second's served requests (NaN: none)
     revisions: dict[str, RevisionTimeline]
     phases: tuple[tuple[float, str], ...]  # (time, phase) whenever the phase changed
     plans: tuple[tuple[float, Plan], ...]  # every plan applied (empty: not recorded)
@@ -245,7 +258,7 @@ class _Second:
     last_done: float
 
 
-_nearest_rank = runner._nearest_rank
+_nearest_rank = results.nearest_rank
 
 
 class _Revision:
@@ -255,10 +268,11 @@ class _Revision:
         self,
         index: int,
         name: str,
-        revision: control.RevisionModel,
+        revision: scenario_mod.RevisionModel,
         base: model.ServiceModel,
         duration: int,
         config: pipeline_mod.PipelineConfig,
+        routing: model.Routing = model.Routing.ROUND_ROBIN,
     ) -> None:
         self.index = index
         self.name = name
@@ -267,7 +281,7 @@ class _Revision:
         self.error_rate = revision.error_rate
         self.scale = revision.service.service_time_ms / base.service_time_ms
         self.offset = index * ID_STRIDE
-        self.fleet = model.Fleet(revision.service)
+        self.fleet = model.Fleet(revision.service, routing)
         self.pipeline = pipeline_mod.MetricsPipeline(
             config, cpu_request_cores=revision.service.cpu_request_cores
         )
@@ -351,7 +365,7 @@ class _Revision:
 # ----------------------------------------------------------------------------- the run
 
 
-def _check_scenario(scenario: control.RolloutScenario) -> None:
+def check_scenario(scenario: scenario_mod.RolloutScenario) -> None:
     if scenario.stable_version not in scenario.revisions:
         raise ValueError(
             f"scenario {scenario.name!r}: stable_version {scenario.stable_version} is not "
@@ -372,14 +386,20 @@ def _check_scenario(scenario: control.RolloutScenario) -> None:
             "need 0 <= min_replicas <= max_replicas and max_replicas >= 1, "
             f"got {scenario.min_replicas}..{scenario.max_replicas}"
         )
+    if scenario.routing is model.Routing.RANDOM:
+        raise ValueError(
+            "routing: the world routes within a revision round robin or least-request; "
+            "random routing is a single-fleet model only (servectl.sim.model.Fleet)"
+        )
 
 
-class _Run:
-    """The state of one run; :func:`simulate_rollout` drives it second by second."""
+class World:
+    """The state of one run; :func:`servectl.backends.sim.run.run_world` drives it second
+    by second."""
 
     def __init__(
         self,
-        scenario: control.RolloutScenario,
+        scenario: scenario_mod.RolloutScenario,
         config: pipeline_mod.PipelineConfig,
         seed: int,
     ) -> None:
@@ -412,17 +432,20 @@ class _Run:
         self.p99_tl: FloatArray = np.full(duration, np.nan)
         self.total_replicas: IntArray = np.zeros(duration, dtype=np.int64)
         self.total_ready: IntArray = np.zeros(duration, dtype=np.int64)
+        self.cpu_tl: FloatArray = np.zeros(duration)
+        self.mean_tl: FloatArray = np.full(duration, np.nan)
         self.stale = False  # a scheduled scrape was missed and none has happened since
+        self.next_scrape = 0.0
 
         start = scenario.initial_replicas
         if start is None:
-            start = runner.initial_replicas_for(
+            start = results.initial_replicas_for(
                 trace, base, scenario.min_replicas, scenario.max_replicas
             )
         initial = min(max(int(start), scenario.min_replicas), scenario.max_replicas)
         first = self._revision(scenario.stable_version, scenario.revision_name(stable.version))
         first.fleet.add(
-            initial, created=-runner.WARM_AGE_S, ready_at=-runner.WARM_AGE_S + base.cold_start_s
+            initial, created=-results.WARM_AGE_S, ready_at=-results.WARM_AGE_S + base.cold_start_s
         )
         first.fleet.update(0.0)
         first.desired = initial
@@ -442,6 +465,7 @@ class _Run:
             self.base,
             self.duration,
             self.config,
+            self.scenario.routing,
         )
         self.revisions.append(revision)
         self.by_name[name] = revision
@@ -718,7 +742,8 @@ class _Run:
         lost = no_route
         self.no_route += no_route
         parts: list[_Part] = []
-        met_now = failed_now = 0
+        met_now = failed_now = served_now = 0
+        cpu_now = latency_sum = 0.0
         bounds = model.LATENCY_BUCKETS_US
         for revision in self.revisions:
             fleet = revision.fleet
@@ -733,7 +758,7 @@ class _Run:
             if fleet.size == 0:
                 continue
             if count == 0:
-                fleet.step(t, _EMPTY, _EMPTY)
+                cpu_now += fleet.step(t, _EMPTY, _EMPTY).cpu_cores
                 continue
             if count == arriving:
                 x, s, err = offsets, service_s, error_u
@@ -744,10 +769,13 @@ class _Run:
             if revision.scale != 1.0:
                 s = s * revision.scale
             outcome = fleet.step(t, x, s)
+            cpu_now += outcome.cpu_cores
             order = outcome.order
             assert outcome.columns is not None
             ids = fleet.ids[outcome.columns]
             latency = outcome.wait_s + s[order]
+            served_now += int(latency.size)
+            latency_sum += float(latency.sum())
             arrival = t + x[order]
             done = arrival + latency
             done_second = np.floor(done).astype(np.int64)
@@ -787,6 +815,9 @@ class _Run:
         self.failed += failed_now + lost
         self.lost_unready += lost
         self.met_count[t] = met_now
+        self.cpu_tl[t] = cpu_now
+        if served_now:
+            self.mean_tl[t] = latency_sum / served_now * 1000.0
         if arriving:
             record = _Second(
                 t=t,
@@ -800,6 +831,66 @@ class _Run:
         for revision in self.revisions:
             revision.seen_buckets += revision.histogram.values[t]
             revision.seen_errors += int(revision.error_rows.values[t, 0])
+
+    # -------------------------------------------------------------- the driver's steps
+
+    def begin(self, t: int) -> None:
+        """Start of second ``t``: refresh fleets, kill what is due, scrape on schedule."""
+        now = float(t)
+        self.forget(t)
+        for revision in self.revisions:
+            revision.fleet.refresh(now)
+        self.kill_due(t)
+        if t + _EPS >= self.next_scrape:
+            if self.in_outage(now):
+                self.stale = True
+            else:
+                self.scrape(now)
+            while self.next_scrape <= t + _EPS:
+                self.next_scrape += self.config.scrape_interval_s
+
+    def end(self, t: int) -> None:
+        """End of second ``t``: bill the replicas, then route and serve its requests."""
+        self.bill(t)
+        self.serve(t)
+
+    def result(
+        self,
+        controller: str,
+        seed: int,
+        *,
+        phases: tuple[tuple[float, str], ...],
+        plans: tuple[tuple[float, Plan], ...],
+        starts: tuple[float, ...],
+    ) -> RolloutSimResult:
+        arrivals = self.stream.counts.copy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slo_met = np.where(arrivals > 0, self.met_count / np.maximum(arrivals, 1), np.nan)
+        return RolloutSimResult(
+            scenario=self.scenario.name,
+            controller=controller,
+            seed=seed,
+            t=np.arange(self.duration, dtype=np.int64),
+            offered_rps=np.asarray(self.scenario.trace.rps, dtype=np.float64),
+            arrivals=arrivals,
+            p99_ms=self.p99_tl,
+            slo_met=slo_met,
+            total_replicas=self.total_replicas,
+            total_ready=self.total_ready,
+            cpu_cores=self.cpu_tl,
+            mean_ms=self.mean_tl,
+            revisions={r.name: r.timeline() for r in self.revisions},
+            phases=phases,
+            plans=plans,
+            starts=starts,
+            requests=self.requests,
+            met_slo=self.met,
+            failed=self.failed,
+            errors=sum(r.errors_total for r in self.revisions),
+            lost_unready=self.lost_unready,
+            lost_cut=self.lost_cut,
+            replica_seconds=float(self.total_replicas.sum()),
+        )
 
     def forget(self, t: int) -> None:
         """Drop the records of seconds whose requests have all completed before ``t``."""
@@ -823,89 +914,3 @@ class _Run:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def simulate_rollout(
-    scenario: control.RolloutScenario,
-    controller: control.Controller,
-    *,
-    seed: int = 0,
-    pipeline: pipeline_mod.PipelineConfig | None = None,
-    record_plans: bool = True,
-) -> RolloutSimResult:
-    """Simulate ``controller`` sizing and weighting the revisions of ``scenario``.
-
-    Raises ValueError for an inconsistent scenario or a plan that cannot be applied (weights
-    not summing to 100, a version the scenario does not define, negative replicas, ...).
-    """
-    config = pipeline if pipeline is not None else pipeline_mod.PipelineConfig()
-    _check_scenario(scenario)
-    period_s = float(controller.period_s)
-    if not period_s > 0:
-        raise ValueError(f"controller {controller.name!r}: period_s must be > 0, got {period_s}")
-    run = _Run(scenario, config, seed)
-    events = sorted(scenario.events, key=lambda event: event.time)
-    next_event = 0
-    starts: list[float] = []
-    phases: list[tuple[float, str]] = []
-    plans: list[tuple[float, Plan]] = []
-    next_scrape = 0.0
-    next_tick = 0.0
-
-    for t in range(run.duration):
-        now = float(t)
-        run.forget(t)
-        for revision in run.revisions:
-            revision.fleet.refresh(now)
-        run.kill_due(t)
-        if t + _EPS >= next_scrape:
-            if run.in_outage(now):
-                run.stale = True
-            else:
-                run.scrape(now)
-            while next_scrape <= t + _EPS:
-                next_scrape += config.scrape_interval_s
-        if t + _EPS >= next_tick:
-            due: list[control.Event] = []
-            while next_event < len(events) and events[next_event].time <= t + _EPS:
-                due.append(events[next_event])
-                next_event += 1
-            starts.extend(e.time for e in due if e.op is control.Op.START)
-            plan = controller.tick(run.observe(now), tuple(due))
-            run.apply(now, plan)
-            run.kill_due(t)
-            if not phases or phases[-1][1] != plan.phase:
-                phases.append((now, plan.phase))
-            if record_plans:
-                plans.append((now, plan))
-            while next_tick <= t + _EPS:
-                next_tick += period_s
-        run.bill(t)
-        run.serve(t)
-
-    arrivals = run.stream.counts.copy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        slo_met = np.where(arrivals > 0, run.met_count / np.maximum(arrivals, 1), np.nan)
-    return RolloutSimResult(
-        scenario=scenario.name,
-        controller=controller.name,
-        seed=seed,
-        t=np.arange(run.duration, dtype=np.int64),
-        offered_rps=np.asarray(scenario.trace.rps, dtype=np.float64),
-        arrivals=arrivals,
-        p99_ms=run.p99_tl,
-        slo_met=slo_met,
-        total_replicas=run.total_replicas,
-        total_ready=run.total_ready,
-        revisions={r.name: r.timeline() for r in run.revisions},
-        phases=tuple(phases),
-        plans=tuple(plans),
-        starts=tuple(starts),
-        requests=run.requests,
-        met_slo=run.met,
-        failed=run.failed,
-        errors=sum(r.errors_total for r in run.revisions),
-        lost_unready=run.lost_unready,
-        lost_cut=run.lost_cut,
-        replica_seconds=float(run.total_replicas.sum()),
-    )

@@ -1,0 +1,287 @@
+"""One cycle's outcome as ``ModelServiceStatus`` and events (DESIGN §3).
+
+Pure: ``now`` is the cycle's time in seconds since the epoch (the simulator's seconds
+read as such), turned into the status's timestamps without reading any clock.
+Conditions keep their ``lastTransitionTime`` while their status does not change.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+
+from servectl.api import models
+from servectl.controller.backend import Event, EventReason, EventType
+from servectl.controller.decide import LoopState, Outcome
+from servectl.planning.types import Observed
+from servectl.rollout import machine
+
+C = models.ConditionType
+S = models.ConditionStatus
+
+
+class ConditionReason(enum.StrEnum):
+    """``reason`` of the conditions servectl writes."""
+
+    SERVING = "Serving"  # every revision with traffic has a ready replica
+    NO_READY_REPLICA = "NoReadyReplica"  # a revision with traffic has none
+    ROLLOUT_IDLE = "NoRollout"
+    ROLLOUT_RUNNING = "RolloutRunning"
+    ROLLOUT_PAUSED = "RolloutPaused"
+    ROLLOUT_COMPLETED = "RolloutCompleted"
+    ROLLOUT_ABORTED = "RolloutAborted"
+    PROGRESS_DEADLINE = "ProgressDeadlineExceeded"
+    HEALTHY = "Healthy"
+    METRICS_OK = "MetricsFresh"
+    METRICS_STALE = "MetricsStale"  # rule 8: holding, scaling up only
+    WITHIN_BOUNDS = "WithinBounds"
+    AT_MAX = "AtMaxReplicas"  # the policy wanted more than maxReplicas
+    AT_MIN = "AtMinReplicas"  # the policy wanted fewer than minReplicas
+    RECOMMEND_ONLY = "RecommendOnly"  # mode: recommend: nothing is applied
+
+
+def timestamp(now: float) -> datetime:
+    return datetime.fromtimestamp(now, tz=UTC)
+
+
+def _condition(
+    kind: models.ConditionType,
+    status: models.ConditionStatus,
+    reason: ConditionReason,
+    message: str,
+    now: float,
+    previous: models.ModelServiceStatus | None,
+) -> models.Condition:
+    old = previous.condition(kind) if previous is not None else None
+    since = (
+        old.last_transition_time
+        if old is not None and old.status is status and old.last_transition_time is not None
+        else timestamp(now)
+    )
+    return models.Condition(
+        type=kind, status=status, reason=str(reason), message=message, last_transition_time=since
+    )
+
+
+def _phase(outcome: Outcome) -> models.RolloutPhase:
+    try:
+        return models.RolloutPhase(outcome.plan.phase)
+    except ValueError:
+        return models.RolloutPhase.IDLE
+
+
+def _rollout(outcome: Outcome, now: float) -> models.RolloutStatus:
+    state = outcome.state
+    phase = _phase(outcome)
+    if not isinstance(state, LoopState):
+        return models.RolloutStatus(phase=phase, message=outcome.plan.message)
+    r = state.rollout
+    return models.RolloutStatus(
+        phase=phase,
+        step=r.step,
+        stable_version=r.stable,
+        canary_version=r.canary,
+        message=r.message or outcome.plan.message,
+        winner=r.winner if r.winner in ("A", "B") else None,  # type: ignore[arg-type]
+        verdicts=[
+            models.AnalysisVerdict(
+                step=v.step,
+                verdict=models.Verdict(v.verdict),
+                message=v.message,
+                samples=v.samples,
+                time=timestamp(v.time),
+            )
+            for v in r.verdicts
+        ],
+        state=machine.to_dict(r),
+    )
+
+
+def build(
+    observed: Observed,
+    outcome: Outcome,
+    previous: models.ModelServiceStatus | None,
+    *,
+    now: float,
+    applied: bool,
+) -> tuple[models.ModelServiceStatus, list[Event]]:
+    """The status after this cycle and the events it caused.
+
+    ``applied`` is False in ``mode: recommend``: revisions then show what runs, and the
+    autoscaling and rollout parts what would have been done.
+    """
+    plan = outcome.plan
+    seen = {r.name: r for r in observed.revisions}
+    revisions: list[models.RevisionStatus] = []
+    for rp in plan.revisions:
+        o = seen.get(rp.name)
+        revisions.append(
+            models.RevisionStatus(
+                name=rp.name,
+                version=rp.version,
+                weight=rp.weight if applied else (o.weight if o else 0),
+                desired_replicas=rp.replicas if applied else (o.desired if o else 0),
+                ready_replicas=o.ready if o else 0,
+                model_state=(
+                    models.ModelState.AVAILABLE
+                    if o is not None and o.available
+                    else models.ModelState.UNKNOWN
+                ),
+            )
+        )
+    for name, o in seen.items():  # still running, no longer planned (draining away)
+        if plan.revision(name) is None and (o.desired or o.ready or o.draining):
+            revisions.append(
+                models.RevisionStatus(
+                    name=name,
+                    version=o.version,
+                    weight=o.weight,
+                    desired_replicas=0 if applied else o.desired,
+                    ready_replicas=o.ready,
+                )
+            )
+
+    decision = outcome.decision
+    message = decision.detail if decision is not None and decision.detail else outcome.reason
+    if not applied:
+        message = f"recommend mode, not applied: {message}"
+    last_scale = previous.autoscaling.last_scale_time if previous and previous.autoscaling else None
+    before = previous.autoscaling.desired_replicas if previous and previous.autoscaling else None
+    if before is not None and before != outcome.demand:
+        last_scale = timestamp(now)
+    autoscaling = models.AutoscalingStatus(
+        desired_replicas=outcome.demand,
+        decided_by=outcome.decided_by,
+        reason=outcome.reason,
+        message=message,
+        last_scale_time=last_scale,
+        policy_state=outcome.state.policy if isinstance(outcome.state, LoopState) else {},
+    )
+    rollout = _rollout(outcome, now)
+
+    weighted = [r for r in observed.revisions if r.weight > 0]
+    dark = [r.name for r in weighted if r.ready == 0]
+    conditions = [
+        _condition(
+            C.READY,
+            S.FALSE if dark or not weighted else S.TRUE,
+            ConditionReason.NO_READY_REPLICA if dark or not weighted else ConditionReason.SERVING,
+            f"no ready replica: {', '.join(dark)}"
+            if dark
+            else "every revision with traffic has a ready replica"
+            if weighted
+            else "no revision receives traffic",
+            now,
+            previous,
+        )
+    ]
+    phase = rollout.phase
+    progressing = {
+        models.RolloutPhase.PROGRESSING: (S.TRUE, ConditionReason.ROLLOUT_RUNNING),
+        models.RolloutPhase.PAUSED: (S.TRUE, ConditionReason.ROLLOUT_PAUSED),
+        models.RolloutPhase.COMPLETED: (S.FALSE, ConditionReason.ROLLOUT_COMPLETED),
+        models.RolloutPhase.ABORTED: (S.FALSE, ConditionReason.ROLLOUT_ABORTED),
+        models.RolloutPhase.DEGRADED: (S.FALSE, ConditionReason.PROGRESS_DEADLINE),
+        models.RolloutPhase.IDLE: (S.FALSE, ConditionReason.ROLLOUT_IDLE),
+    }[phase]
+    conditions.append(
+        _condition(C.PROGRESSING, *progressing, rollout.message or str(phase), now, previous)
+    )
+    degraded = phase in (models.RolloutPhase.DEGRADED, models.RolloutPhase.ABORTED)
+    conditions.append(
+        _condition(
+            C.DEGRADED,
+            S.TRUE if degraded else S.FALSE,
+            progressing[1] if degraded else ConditionReason.HEALTHY,
+            rollout.message if degraded else "",
+            now,
+            previous,
+        )
+    )
+    conditions.append(
+        _condition(
+            C.METRICS_AVAILABLE,
+            S.TRUE if observed.metrics_ok else S.FALSE,
+            ConditionReason.METRICS_OK if observed.metrics_ok else ConditionReason.METRICS_STALE,
+            "" if observed.metrics_ok else "metrics stale or missing: holding, scaling up only",
+            now,
+            previous,
+        )
+    )
+    requested, bounds = outcome.requested, outcome.limits
+    if not applied:
+        limited = (S.TRUE, ConditionReason.RECOMMEND_ONLY, "mode: recommend: nothing is applied")
+    elif requested is not None and bounds is not None and requested > bounds.max_replicas:
+        limited = (
+            S.TRUE,
+            ConditionReason.AT_MAX,
+            f"wanted {requested}, maxReplicas is {bounds.max_replicas}",
+        )
+    elif requested is not None and bounds is not None and requested < bounds.min_replicas:
+        limited = (
+            S.TRUE,
+            ConditionReason.AT_MIN,
+            f"wanted {requested}, minReplicas is {bounds.min_replicas}",
+        )
+    else:
+        limited = (S.FALSE, ConditionReason.WITHIN_BOUNDS, "")
+    conditions.append(_condition(C.SCALING_LIMITED, *limited, now, previous))
+
+    status = models.ModelServiceStatus(
+        revisions=revisions, rollout=rollout, autoscaling=autoscaling, conditions=conditions
+    )
+    return status, events_for(status, previous, outcome, now=now, applied=applied)
+
+
+def events_for(
+    status: models.ModelServiceStatus,
+    previous: models.ModelServiceStatus | None,
+    outcome: Outcome,
+    *,
+    now: float,
+    applied: bool,
+) -> list[Event]:
+    events: list[Event] = []
+    before = previous.autoscaling.desired_replicas if previous and previous.autoscaling else None
+    after = status.autoscaling.desired_replicas if status.autoscaling else None
+    if before is not None and after is not None and before != after:
+        what = f"total replicas {before} -> {after} ({outcome.reason})"
+        if applied:
+            events.append(Event(now, EventType.NORMAL, EventReason.SCALED, what))
+        else:
+            events.append(
+                Event(now, EventType.NORMAL, EventReason.RECOMMENDED, f"would set {what}")
+            )
+    old_phase = previous.rollout.phase if previous and previous.rollout else None
+    new_phase = status.rollout.phase if status.rollout else None
+    if old_phase is not None and new_phase is not None and old_phase != new_phase:
+        kind = (
+            EventType.WARNING
+            if new_phase in (models.RolloutPhase.ABORTED, models.RolloutPhase.DEGRADED)
+            else EventType.NORMAL
+        )
+        events.append(
+            Event(now, kind, EventReason.ROLLOUT_PHASE, f"rollout {old_phase} -> {new_phase}")
+        )
+    refused = set(outcome.errors)
+    for text in outcome.plan.events:
+        if text in refused:
+            continue
+        reason = EventReason.WEIGHTS_CHANGED if applied else EventReason.RECOMMENDED
+        events.append(
+            Event(now, EventType.NORMAL, reason, text if applied else f"would apply: {text}")
+        )
+    for text in outcome.errors:
+        events.append(Event(now, EventType.WARNING, EventReason.COMMAND_REFUSED, text))
+    old_ok = previous.condition(C.METRICS_AVAILABLE) if previous else None
+    new_ok = status.condition(C.METRICS_AVAILABLE)
+    if old_ok is not None and new_ok is not None and old_ok.status is not new_ok.status:
+        if new_ok.status is S.FALSE:
+            events.append(
+                Event(now, EventType.WARNING, EventReason.METRICS_UNAVAILABLE, new_ok.message)
+            )
+        else:
+            events.append(
+                Event(now, EventType.NORMAL, EventReason.METRICS_RESTORED, "metrics are fresh")
+            )
+    return events
