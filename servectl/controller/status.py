@@ -107,8 +107,9 @@ def build(
 ) -> tuple[models.ModelServiceStatus, list[Event]]:
     """The status after this cycle and the events it caused.
 
-    ``applied`` is False in ``mode: recommend``: revisions then show what runs, and the
-    autoscaling and rollout parts what would have been done.
+    A revision's ``desiredReplicas`` is what the planner asks for, ``readyReplicas`` what
+    runs. ``applied`` is False in ``mode: recommend``: weights then show what routes now,
+    and the desired replicas, autoscaling and rollout parts what would have been done.
     """
     plan = outcome.plan
     seen = {r.name: r for r in observed.revisions}
@@ -120,7 +121,7 @@ def build(
                 name=rp.name,
                 version=rp.version,
                 weight=rp.weight if applied else (o.weight if o else 0),
-                desired_replicas=rp.replicas if applied else (o.desired if o else 0),
+                desired_replicas=rp.replicas,
                 ready_replicas=o.ready if o else 0,
                 model_state=(
                     models.ModelState.AVAILABLE
@@ -136,7 +137,7 @@ def build(
                     name=name,
                     version=o.version,
                     weight=o.weight,
-                    desired_replicas=0 if applied else o.desired,
+                    desired_replicas=0,
                     ready_replicas=o.ready,
                 )
             )
@@ -230,13 +231,14 @@ def build(
     status = models.ModelServiceStatus(
         revisions=revisions, rollout=rollout, autoscaling=autoscaling, conditions=conditions
     )
-    return status, events_for(status, previous, outcome, now=now, applied=applied)
+    return status, events_for(status, previous, outcome, observed, now=now, applied=applied)
 
 
 def events_for(
     status: models.ModelServiceStatus,
     previous: models.ModelServiceStatus | None,
     outcome: Outcome,
+    observed: Observed,
     *,
     now: float,
     applied: bool,
@@ -263,6 +265,20 @@ def events_for(
         events.append(
             Event(now, kind, EventReason.ROLLOUT_PHASE, f"rollout {old_phase} -> {new_phase}")
         )
+    if not applied:
+        wanted = {r.name: r.desired_replicas for r in status.revisions}
+        known = {r.name: r.desired_replicas for r in previous.revisions} if previous else {}
+        running = {r.name: r.desired for r in observed.revisions}
+        if wanted != known and any(running.get(n, 0) != c for n, c in wanted.items()):
+            events.append(
+                Event(
+                    now,
+                    EventType.NORMAL,
+                    EventReason.RECOMMENDED,
+                    "would set replicas "
+                    + ", ".join(f"{n} {running.get(n, 0)} -> {c}" for n, c in wanted.items()),
+                )
+            )
     refused = set(outcome.errors)
     for text in outcome.plan.events:
         if text in refused:

@@ -7,10 +7,10 @@ Two levels:
   20-600 rps, steps and spikes), random rollout specs (canary: non-decreasing setWeight,
   pauses, analysis and setCanaryScale steps, optional surgeBudget; or blue/green), random
   commands (START, then ABORT, PROMOTE, PROMOTE_FULL or a second START), canary costs
-  (0.5-2.5x) and error rates (0-20 %), and metrics outages. A recording wrapper around
-  :class:`ServectlController` keeps, for every tick, the :class:`Observed` it was given,
-  the rollout's :class:`Intent`, the autoscaler's demand, the planner state before and
-  after and the :class:`Plan` applied (the planner call is observed, not altered);
+  (0.5-2.5x) and error rates (0-20 %), and metrics outages. Every cycle's outcome
+  (``run_world(record_cycles=True)``) says what the planner was given: the
+  :class:`Observed`, the rollout's :class:`Intent`, the autoscaler's demand, the planner
+  state before and after and the :class:`Plan` applied;
 - the planner alone: random hand-built observations, intents and planner states straight
   into :func:`planner.plan` (many more examples, one step each), plus the regressions
   this file found as explicit examples.
@@ -23,7 +23,8 @@ the tick's measurement) and ``need(demand, share, cost, mix)``. The properties:
   the one exception, a hard abort onto a stable that serves, moves exactly to the intent;
 - never below the base: every revision has what its new share needs;
 - no jitter (SHRINK_TOLERANCE): a revision not losing traffic shrinks only when 5 % more
-  demand would need fewer replicas than it has (setCanaryScale sizes excepted);
+  demand would need fewer replicas than it has (setCanaryScale sizes excepted; one
+  revision alone with no rollout gets the demand itself: the policy stabilizes);
 - no over-provisioning: no revision gets more than one of the rules asks for;
 - drain, then shrink (rule 2, as documented now): after a revision's share dropped, for
   ``hold_s`` it keeps at least the lower of its last size and what its old (highest)
@@ -45,12 +46,10 @@ the tick's measurement) and ``need(demand, share, cost, mix)``. The properties:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, TypeVar
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -60,11 +59,15 @@ from hypothesis import strategies as st
 from servectl.api import models
 from servectl.autoscaling import registry
 from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
-from servectl.planning import loop, planner
+from servectl.backends.sim import run as sim_run
+from servectl.controller import decide as loop
+from servectl.controller.reconcile import Cycle, ServectlLoop
+from servectl.controller.spec import ServiceSpec
+from servectl.planning import planner
 from servectl.planning.types import Observed, ObservedRevision, Plan
-from servectl.rollout.machine import Intent, Phase
-from servectl.sim import control, model, rollout_sim, runner, suite, traces
-from servectl.sim.servectl_controller import ServectlController
+from servectl.rollout.machine import Intent, Op, Phase
+from servectl.sim import model, suite, traces, world
+from servectl.sim import scenario as scenario_mod
 
 EPS = 1e-9
 K = TypeVar("K")
@@ -224,6 +227,12 @@ class Step:
     def lowered(self, name: str) -> bool:
         return self.new_share.get(name, 0.0) < self.cur_share.get(name, 0.0) - EPS
 
+    @property
+    def alone(self) -> bool:
+        """One revision, no rollout: the planner passes the demand through (no tolerance:
+        the policy's own stabilization decides)."""
+        return len(self.names() | set(self.target_share)) == 1 and self.tick.intent.canary is None
+
     def base(self, name: str) -> int:
         """Replicas for its new share: ``need``; a revision not losing traffic and adding
         nothing ahead keeps its previous size while 5 % more demand would still need it
@@ -232,6 +241,8 @@ class Step:
         b = self.need(name, share)
         previous = self.prev.get(name, 0)
         if previous <= b or goal <= 0 or goal < share - EPS or self.ahead(name) > b:
+            return b
+        if self.alone:
             return b
         if self.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE)) >= previous:
             return previous
@@ -312,9 +323,11 @@ def check_no_jitter(s: Step) -> list[str]:
     share) shrinks only when 5 % more demand would still need fewer replicas than it has,
     so noise in the demand or the cost estimate never churns replicas (the surge budget
     never cuts them either). The exception: a setCanaryScale size (the user's number)."""
-    out = []
+    out: list[str] = []
     intent = s.tick.intent
     canary = s.tick.names.get(intent.canary) if intent.canary is not None else None
+    if s.alone:
+        return out
     for name in s.names():
         share, goal = s.new_share.get(name, 0.0), s.target_share.get(name, 0.0)
         planned, previous = s.planned.get(name, 0), s.prev.get(name, 0)
@@ -489,61 +502,21 @@ def update_drains(s: Step, drains: dict[str, Drain]) -> dict[str, Drain]:
 # ----------------------------------------------------------------------------- recording
 
 
-@contextmanager
-def planner_calls() -> Iterator[list[tuple[Any, ...]]]:
-    """Record every planner.plan call (arguments and result) inside the block."""
-    calls: list[tuple[Any, ...]] = []
-    original = planner.plan
-
-    def spy(
-        intent: Intent,
-        observed: Observed,
-        demand: int,
-        state: planner.PlannerState,
-        names: Mapping[int, str],
-        limits: planner.Limits | None = None,
-    ) -> tuple[Plan, planner.PlannerState]:
-        result, after = original(intent, observed, demand, state, names, limits)
-        calls.append((intent, observed, demand, state, names, limits, result, after))
-        return result, after
-
-    with mock.patch.object(planner, "plan", spy):
-        yield calls
-
-
-@dataclass
-class Recording:
-    """A controller wrapper (same name, period and tick) keeping every tick's record."""
-
-    inner: ServectlController
-    ticks: list[Tick] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def period_s(self) -> float:
-        return self.inner.period_s
-
-    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
-        with planner_calls() as calls:
-            result = self.inner.tick(observed, events)
-        ((intent, seen, demand, before, names, limits, _, after),) = calls
-        assert seen is observed
-        self.ticks.append(
-            Tick(
-                observed=observed,
-                intent=intent,
-                demand=demand,
-                before=before,
-                after=after,
-                names=dict(names),
-                limits=limits or planner.Limits(),
-                plan=result,
-            )
-        )
-        return result
+def tick_of(cycle: Cycle) -> Tick:
+    """What the planner was given and returned in one cycle (the loop's outcome says)."""
+    outcome = cycle.outcome
+    assert outcome.intent is not None and outcome.names is not None
+    assert outcome.planner_before is not None and isinstance(outcome.state, loop.LoopState)
+    return Tick(
+        observed=cycle.observed,
+        intent=outcome.intent,
+        demand=outcome.demand,
+        before=outcome.planner_before,
+        after=outcome.state.planner,
+        names=dict(outcome.names),
+        limits=outcome.limits or planner.Limits(),
+        plan=outcome.plan,
+    )
 
 
 # ----------------------------------------------------------------------------- scenarios
@@ -551,7 +524,7 @@ class Recording:
 
 @dataclass(frozen=True)
 class Case:
-    scenario: control.RolloutScenario
+    scenario: scenario_mod.RolloutScenario
     spec: models.RolloutSpec
     drain_s: int
     delay_s: int | None  # blue/green's scale-down delay
@@ -637,21 +610,17 @@ def cases(draw: st.DrawFn) -> Case:
     spec = models.RolloutSpec.model_validate(doc)
 
     start = draw(st.integers(10, duration // 2))
-    events = [control.Event(float(start), control.Op.START, 2)]
+    events = [scenario_mod.Event(float(start), Op.START, 2)]
     for _ in range(draw(st.integers(0, 2))):
-        op = draw(
-            st.sampled_from(
-                [control.Op.ABORT, control.Op.PROMOTE_FULL, control.Op.START, control.Op.PROMOTE]
-            )
-        )
+        op = draw(st.sampled_from([Op.ABORT, Op.PROMOTE_FULL, Op.START, Op.PROMOTE]))
         at = float(min(start + draw(st.integers(1, 300)), duration - 1))
-        events.append(control.Event(at, op, 3 if op is control.Op.START else None))
+        events.append(scenario_mod.Event(at, op, 3 if op is Op.START else None))
 
-    def version(v: int) -> control.RevisionModel:
+    def version(v: int) -> scenario_mod.RevisionModel:
         cost = draw(st.sampled_from([0.5, 0.8, 1.0, 1.5, 2.5]))
         error = draw(st.sampled_from([0.0, 0.0, 0.02, 0.1, 0.2]))
         svc = model.ServiceModel(service_time_ms=SVC.service_time_ms * cost)
-        return control.RevisionModel(v, svc, error_rate=error)
+        return scenario_mod.RevisionModel(v, svc, error_rate=error)
 
     # Metrics outages anywhere, often from the very first cycle or from the START.
     outage_starts = st.one_of(st.just(0), st.just(start), st.integers(0, duration - 1))
@@ -659,10 +628,10 @@ def cases(draw: st.DrawFn) -> Case:
         (float(at), float(at + length))
         for at, length in draw(st.lists(st.tuples(outage_starts, st.integers(5, 90)), max_size=2))
     )
-    scenario = control.RolloutScenario(
+    scenario = scenario_mod.RolloutScenario(
         name="prop",
         trace=trace,
-        revisions={1: control.RevisionModel(1, SVC), 2: version(2), 3: version(3)},
+        revisions={1: scenario_mod.RevisionModel(1, SVC), 2: version(2), 3: version(3)},
         stable_version=1,
         events=tuple(events),
         service_name=SERVICE,
@@ -674,28 +643,22 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(scenario=scenario, spec=spec, drain_s=drain, delay_s=delay)
 
 
-def simulate(case: Case, seed: int = 0) -> tuple[rollout_sim.RolloutSimResult, list[Tick]]:
+def simulate(case: Case, seed: int = 0) -> tuple[world.RolloutSimResult, list[Tick]]:
     scenario = case.scenario
-    initial = runner.initial_replicas_for(
-        scenario.trace, SVC, scenario.min_replicas, scenario.max_replicas
-    )
-    controller = ServectlController(
-        loop.ServiceSpec(
+    decider = ServectlLoop(
+        ServiceSpec(
             name=SERVICE,
             rollout=case.spec,
             min_replicas=scenario.min_replicas,
             max_replicas=scenario.max_replicas,
         ),
         registry.build("servectl", suite.autoscaling_config(SVC)),
-        scenario.stable_version,
-        initial,
     )
-    recording = Recording(controller)
-    result = rollout_sim.simulate_rollout(scenario, recording, seed=seed)
-    return result, recording.ticks
+    driven = sim_run.run_world(scenario, decider, seed=seed, record_cycles=True)
+    return driven.result, [tick_of(cycle) for cycle in driven.cycles]
 
 
-def check_run(case: Case, result: rollout_sim.RolloutSimResult, ticks: list[Tick]) -> list[str]:
+def check_run(case: Case, result: world.RolloutSimResult, ticks: list[Tick]) -> list[str]:
     """Every single-step rule at every tick, with the drain windows (rule 2) carried from
     tick to tick and each lowering's hold checked against the spec; then the per-second
     and whole-run simulator properties."""
@@ -755,16 +718,16 @@ def hard_failure_after_full_weight() -> Case:
             "hardFailureErrorRate": 0.15,
         }
     )
-    scenario = control.RolloutScenario(
+    scenario = scenario_mod.RolloutScenario(
         name="hard-failure-after-full-weight",
         trace=traces.Trace("flat", np.full(400, 200.0)),
         revisions={
-            1: control.RevisionModel(1, SVC),
-            2: control.RevisionModel(2, SVC, error_rate=0.2),
-            3: control.RevisionModel(3, SVC),
+            1: scenario_mod.RevisionModel(1, SVC),
+            2: scenario_mod.RevisionModel(2, SVC, error_rate=0.2),
+            3: scenario_mod.RevisionModel(3, SVC),
         },
         stable_version=1,
-        events=(control.Event(30.0, control.Op.START, 2),),
+        events=(scenario_mod.Event(30.0, Op.START, 2),),
         service_name=SERVICE,
         grace_s=30.0,
     )
@@ -1099,16 +1062,16 @@ def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
 )
 def test_a_cheaper_canary_weight_never_goes_back_while_its_target_holds() -> None:
     spec = models.RolloutSpec.model_validate({"steps": [], "drainSeconds": 5})
-    scenario = control.RolloutScenario(
+    scenario = scenario_mod.RolloutScenario(
         name="cheaper-canary",
         trace=traces.Trace("flat", np.full(300, 260.0)),
         revisions={
-            1: control.RevisionModel(1, SVC),
-            2: control.RevisionModel(2, model.ServiceModel(service_time_ms=10.0)),
-            3: control.RevisionModel(3, SVC),
+            1: scenario_mod.RevisionModel(1, SVC),
+            2: scenario_mod.RevisionModel(2, model.ServiceModel(service_time_ms=10.0)),
+            3: scenario_mod.RevisionModel(3, SVC),
         },
         stable_version=1,
-        events=(control.Event(10.0, control.Op.START, 2),),
+        events=(scenario_mod.Event(10.0, Op.START, 2),),
         service_name=SERVICE,
     )
     result, ticks = simulate(Case(scenario=scenario, spec=spec, drain_s=5, delay_s=None))

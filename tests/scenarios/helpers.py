@@ -1,9 +1,10 @@
 """Building and reading servectl rollout scenarios in the multi-revision simulator.
 
-:func:`run` simulates one scenario with :class:`ServectlController` and keeps, next to the
-simulator's :class:`RolloutSimResult`, the controller's whole loop state after every tick
-(``RecordingController.states``) and what it observed, so a test can read the rollout
-state (verdicts, winner, step) and the planner's measured costs at any tick. The
+:func:`run` simulates one scenario with servectl's loop (:class:`RecordingController`)
+and keeps, next to the simulator's :class:`RolloutSimResult`, the controller's whole
+loop state after every tick (``RecordingController.states``) and what it observed, so
+a test can read the rollout state (verdicts, winner, step) and the planner's measured
+costs at any tick. The
 timeline helpers read the simulator's per-second arrays; the rule checks
 (:meth:`Run.shift_violations`, :meth:`Run.carry_violations`) recompute, at every tick,
 what the planner's sizing formula says the weights applied need.
@@ -21,11 +22,14 @@ import numpy as np
 from servectl.api import models
 from servectl.autoscaling import registry
 from servectl.autoscaling.policy import Policy
-from servectl.planning import loop
-from servectl.planning.types import Observed, Plan
+from servectl.backends.sim import run as sim_run
+from servectl.controller import decide as loop
+from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.spec import ServiceSpec
+from servectl.planning.types import Observed
 from servectl.rollout import machine
-from servectl.sim import control, model, rollout_sim, runner, suite, traces
-from servectl.sim.servectl_controller import ServectlController
+from servectl.sim import model, results, suite, traces, world
+from servectl.sim import scenario as scenario_mod
 
 SERVICE = "m"
 SVC = suite.service()  # 20 ms per request, 2 threads, 30 s cold start, SLO 150 ms
@@ -45,10 +49,12 @@ def flat(rps: float, seconds: int, trace_name: str = "flat") -> traces.Trace:
     return traces.Trace(trace_name, np.full(seconds, float(rps)))
 
 
-def revision(version: int, *, cost: float = 1.0, error_rate: float = 0.0) -> control.RevisionModel:
+def revision(
+    version: int, *, cost: float = 1.0, error_rate: float = 0.0
+) -> scenario_mod.RevisionModel:
     """Version ``version``: ``cost`` x the stable's CPU time per request, ``error_rate``."""
     svc = model.ServiceModel(service_time_ms=SVC.service_time_ms * cost)
-    return control.RevisionModel(version, svc, error_rate=error_rate)
+    return scenario_mod.RevisionModel(version, svc, error_rate=error_rate)
 
 
 def policy(*, latency: bool = True) -> Policy:
@@ -56,31 +62,48 @@ def policy(*, latency: bool = True) -> Policy:
     return registry.build("servectl", suite.autoscaling_config(SVC, latency=latency))
 
 
-class RecordingController(ServectlController):
-    """ServectlController that keeps its loop state (and what it observed) after each tick."""
+@dataclass(frozen=True)
+class TickRecord:
+    time: float
+    demand: int
+    decided_by: str | None
+    reason: str
+    errors: tuple[str, ...]
+
+
+class RecordingController(ServectlLoop):
+    """servectl's loop, keeping its loop state (and what it observed) after each cycle."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.states: list[loop.LoopState] = []
         self.observed: list[Observed] = []
+        self.ticks: list[TickRecord] = []
 
-    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
-        plan = super().tick(observed, events)
-        self.states.append(self.state)
+    def decide(
+        self, observed: Observed, commands: Sequence[loop.Command], state: Any
+    ) -> loop.Outcome:
+        outcome = super().decide(observed, commands, state)
+        self.states.append(outcome.state)
         self.observed.append(observed)
-        return plan
+        self.ticks.append(
+            TickRecord(
+                observed.time, outcome.demand, outcome.decided_by, outcome.reason, outcome.errors
+            )
+        )
+        return outcome
 
 
 @dataclass(frozen=True)
 class Run:
     """One simulated scenario: the simulator's result and the controller's records."""
 
-    result: rollout_sim.RolloutSimResult
+    result: world.RolloutSimResult
     controller: RecordingController
 
     # ------------------------------------------------------------------ per revision
 
-    def rev(self, version: int) -> rollout_sim.RevisionTimeline:
+    def rev(self, version: int) -> world.RevisionTimeline:
         return self.result.revisions[name(version)]
 
     def has(self, version: int) -> bool:
@@ -223,11 +246,11 @@ class Run:
 
 def scenario(
     trace: traces.Trace,
-    revisions: Mapping[int, control.RevisionModel],
-    events: Sequence[control.Event] = (),
+    revisions: Mapping[int, scenario_mod.RevisionModel],
+    events: Sequence[scenario_mod.Event] = (),
     **kwargs: Any,
-) -> control.RolloutScenario:
-    return control.RolloutScenario(
+) -> scenario_mod.RolloutScenario:
+    return scenario_mod.RolloutScenario(
         name=kwargs.pop("scenario_name", "scenario"),
         trace=trace,
         revisions=dict(revisions),
@@ -243,8 +266,8 @@ def scenario(
 def run(
     rollout: models.RolloutSpec,
     trace: traces.Trace,
-    revisions: Mapping[int, control.RevisionModel],
-    events: Sequence[control.Event] = (),
+    revisions: Mapping[int, scenario_mod.RevisionModel],
+    events: Sequence[scenario_mod.Event] = (),
     *,
     latency: bool = True,
     seed: int = 0,
@@ -259,16 +282,14 @@ def run(
     min_replicas = scenario_kwargs.get("min_replicas", suite.MIN_REPLICAS)
     max_replicas = scenario_kwargs.get("max_replicas", suite.MAX_REPLICAS)
     if initial_replicas is None:
-        initial_replicas = runner.initial_replicas_for(trace, SVC, min_replicas, max_replicas)
+        initial_replicas = results.initial_replicas_for(trace, SVC, min_replicas, max_replicas)
     sc = scenario(trace, revisions, events, initial_replicas=initial_replicas, **scenario_kwargs)
-    svc_spec = loop.ServiceSpec(
+    svc_spec = ServiceSpec(
         name=SERVICE,
         rollout=rollout,
         min_replicas=sc.min_replicas,
         max_replicas=sc.max_replicas,
     )
-    controller = RecordingController(
-        svc_spec, policy(latency=latency), sc.stable_version, initial_replicas
-    )
-    result = rollout_sim.simulate_rollout(sc, controller, seed=seed)
+    controller = RecordingController(svc_spec, policy(latency=latency))
+    result = sim_run.simulate_rollout(sc, controller, seed=seed)
     return Run(result=result, controller=controller)

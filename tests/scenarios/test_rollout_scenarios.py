@@ -20,11 +20,13 @@ import pytest
 
 from servectl.api import models
 from servectl.rollout import machine
-from servectl.sim import control, traces
+from servectl.rollout.machine import Op
+from servectl.sim import scenario as scenario_mod
+from servectl.sim import traces
 from tests.scenarios import helpers as h
 from tests.scenarios.helpers import Run
 
-E, Op = control.Event, control.Op
+E, Op = scenario_mod.Event, Op
 TICK_S = 2  # servectl's controller period
 COLD_START_S = int(h.SVC.cold_start_s)  # 30 s
 DRAIN_S = 30
@@ -601,7 +603,7 @@ def assert_ab_test_ran(run: Run) -> tuple[int, int]:
     ids=["fewer-errors", "faster"],
 )
 def test_an_ab_test_declares_b_the_winner_and_promotes_it(
-    metric: str, a: control.RevisionModel, b: control.RevisionModel
+    metric: str, a: scenario_mod.RevisionModel, b: scenario_mod.RevisionModel
 ) -> None:
     run = h.run(
         ab_spec(metric),

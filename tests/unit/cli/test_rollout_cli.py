@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servectl.sim import rollout_bench
+from servectl.backends.sim import rollout_bench
 from tests.unit.cli.helpers import servectl
 
 REPO = Path(__file__).resolve().parents[3]

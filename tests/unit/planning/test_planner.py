@@ -65,6 +65,27 @@ def test_no_rollout_stable_gets_the_demand() -> None:
     assert only.reason == "Steady"
 
 
+def test_alone_without_a_rollout_the_demand_passes_through_unchanged() -> None:
+    """One revision, no rollout: the policy's count is applied as it is, even a small
+    drop (no second hysteresis on top of the policy's own stabilization)."""
+    state = planner.PlannerState(replicas={"m-v1": 10})
+    result, _ = planner.plan(
+        intent({1: 100}, canary=None), observed(rev(1, weight=100, desired=10)), 9, state, NAMES
+    )
+    assert [r.replicas for r in result.revisions] == [9]
+    # With a second revision still listed (a drained canary), small drops are held.
+    two = planner.PlannerState(replicas={"m-v1": 10, "m-v2": 1})
+    result, _ = planner.plan(
+        intent({1: 100}, canary=None),
+        observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1)),
+        10 - 1,
+        two,
+        NAMES,
+    )
+    assert result.revision("m-v1") is not None
+    assert result.revision("m-v1").replicas == 10  # type: ignore[union-attr]
+
+
 def test_scale_first_then_shift() -> None:
     # Canary wanted at 50 %, has no replica yet: weight stays, canary pre-scaled to 5.
     obs = observed(rev(1, weight=100, desired=10))

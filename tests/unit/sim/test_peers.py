@@ -20,26 +20,24 @@ import pytest
 from servectl.api import models
 from servectl.autoscaling import hpa
 from servectl.autoscaling.snapshot import PodSample, Replicas, Signals, Snapshot
+from servectl.backends.sim import run as sim_run
+from servectl.backends.sim.peers import ArgoStyle, FlaggerStyle, flagger_weights, peer_hpa_config
+from servectl.backends.sim.peers.flagger import _RS, _Deployment, _split
+from servectl.controller.decide import Command
 from servectl.planning.types import Counters, Observed, ObservedRevision, Plan
 from servectl.rollout import analysis
-from servectl.sim import control, model, rollout_sim, traces
-from servectl.sim.peers import (
-    _RS,
-    ArgoStyle,
-    FlaggerStyle,
-    _Deployment,
-    _split,
-    flagger_weights,
-    peer_hpa_config,
-)
+from servectl.rollout.machine import Op
+from servectl.sim import model, traces, world
+from servectl.sim import scenario as scenario_mod
+from tests.unit.sim.deciders import TickDecider
 
 START, ABORT, PAUSE, RESUME = (
-    control.Op.START,
-    control.Op.ABORT,
-    control.Op.PAUSE,
-    control.Op.RESUME,
+    Op.START,
+    Op.ABORT,
+    Op.PAUSE,
+    Op.RESUME,
 )
-PROMOTE, PROMOTE_FULL, RETRY = control.Op.PROMOTE, control.Op.PROMOTE_FULL, control.Op.RETRY
+PROMOTE, PROMOTE_FULL, RETRY = Op.PROMOTE, Op.PROMOTE_FULL, Op.RETRY
 
 ERROR_RATE = models.AnalysisCheck(metric="errorRate", max=0.05)
 
@@ -155,7 +153,7 @@ class World:
         self,
         controller: ArgoStyle | FlaggerStyle,
         until: float,
-        events: Mapping[float, Sequence[control.Event]] | None = None,
+        events: Mapping[float, Sequence[scenario_mod.Event]] | None = None,
     ) -> Plan:
         """Tick every ``period_s`` from now to ``until`` (inclusive); the last plan."""
         events = events or {}
@@ -173,7 +171,7 @@ class World:
         assert plan is not None
         return plan
 
-    def step(self, controller: ArgoStyle | FlaggerStyle, *events: control.Event) -> Plan:
+    def step(self, controller: ArgoStyle | FlaggerStyle, *events: scenario_mod.Event) -> Plan:
         """Advance one period and tick once."""
         self.advance(controller.period_s)
         plan = controller.tick(self.observed(), events)
@@ -182,8 +180,8 @@ class World:
         return plan
 
 
-def ev(op: control.Op, version: int | None = None) -> control.Event:
-    return control.Event(0.0, op, version)
+def ev(op: Op, version: int | None = None) -> scenario_mod.Event:
+    return scenario_mod.Event(0.0, op, version)
 
 
 def weights(plan: Plan) -> dict[str, int]:
@@ -657,17 +655,17 @@ def test_deployment_rolling_update_respects_surge_and_unavailable() -> None:
 # ----------------------------------------------------------------------------- simulator
 
 
-def scenario(error_rate: float = 0.0, seconds: int = 600) -> control.RolloutScenario:
+def scenario(error_rate: float = 0.0, seconds: int = 600) -> scenario_mod.RolloutScenario:
     svc = model.ServiceModel()
-    return control.RolloutScenario(
+    return scenario_mod.RolloutScenario(
         name="peers",
         trace=traces.Trace("flat", np.full(seconds, 200.0)),
         revisions={
-            1: control.RevisionModel(1, svc),
-            2: control.RevisionModel(2, svc, error_rate=error_rate),
+            1: scenario_mod.RevisionModel(1, svc),
+            2: scenario_mod.RevisionModel(2, svc, error_rate=error_rate),
         },
         stable_version=1,
-        events=(control.Event(120.0, START, 2),),
+        events=(scenario_mod.Event(120.0, START, 2),),
     )
 
 
@@ -679,31 +677,31 @@ SIM_SPEC = rollout(
 
 def test_sim_accepts_a_second_pod_group_of_one_version() -> None:
     """``model-v1-primary`` is a revision of version 1 beside ``model-v1``."""
-    result = rollout_sim.simulate_rollout(
+    result = sim_run.simulate_rollout(
         scenario(seconds=2),
-        _Fixed(Plan((rollout_sim.RevisionPlan("model-v1-primary", 1, 1, 100, "x"),))),
+        _Fixed(Plan((world.RevisionPlan("model-v1-primary", 1, 1, 100, "x"),))),
     )
     assert "model-v1-primary" in result.revisions
     with pytest.raises(ValueError, match="whose name is"):
-        rollout_sim.simulate_rollout(
+        sim_run.simulate_rollout(
             scenario(seconds=2),
-            _Fixed(Plan((rollout_sim.RevisionPlan("other-v1", 1, 1, 100, "x"),))),
+            _Fixed(Plan((world.RevisionPlan("other-v1", 1, 1, 100, "x"),))),
         )
 
 
 @dataclass
-class _Fixed:
+class _Fixed(TickDecider):
     plan: Plan
     name: str = "fixed"
     period_s: float = 1.0
 
-    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
+    def tick(self, observed: Observed, events: Sequence[Command]) -> Plan:
         return self.plan
 
 
 def test_sim_argo_completes_and_loses_nothing_waiting_for_capacity() -> None:
     scen = scenario()
-    result = rollout_sim.simulate_rollout(scen, ArgoStyle.for_scenario(SIM_SPEC, scen), seed=1)
+    result = sim_run.simulate_rollout(scen, ArgoStyle.for_scenario(SIM_SPEC, scen), seed=1)
     assert result.to_record()["final_phase"] == "Completed"
     assert result.lost == 0
     v2 = result.revisions["model-v2"]
@@ -715,7 +713,7 @@ def test_sim_argo_completes_and_loses_nothing_waiting_for_capacity() -> None:
 def test_sim_argo_weight_before_ready_loses_requests_at_the_first_set_weight() -> None:
     scen = scenario()
     controller = ArgoStyle.for_scenario(SIM_SPEC, scen, weight_before_ready=True)
-    result = rollout_sim.simulate_rollout(scen, controller, seed=1)
+    result = sim_run.simulate_rollout(scen, controller, seed=1)
     v2 = result.revisions["model-v2"]
     assert v2.lost_unready[120:150].sum() > 0  # 20 % to a canary still cold-starting
     assert v2.lost_unready[:120].sum() == 0
@@ -724,14 +722,14 @@ def test_sim_argo_weight_before_ready_loses_requests_at_the_first_set_weight() -
 
 def test_sim_argo_aborts_a_failing_canary() -> None:
     scen = scenario(error_rate=0.2)
-    result = rollout_sim.simulate_rollout(scen, ArgoStyle.for_scenario(SIM_SPEC, scen), seed=1)
+    result = sim_run.simulate_rollout(scen, ArgoStyle.for_scenario(SIM_SPEC, scen), seed=1)
     assert result.to_record()["final_phase"] == "Aborted"
     assert result.revisions["model-v2"].desired[-1] == 0
 
 
 def test_sim_flagger_rolls_back_a_failing_canary() -> None:
     scen = scenario(error_rate=0.2)
-    result = rollout_sim.simulate_rollout(scen, FlaggerStyle.for_scenario(SIM_SPEC, scen), seed=1)
+    result = sim_run.simulate_rollout(scen, FlaggerStyle.for_scenario(SIM_SPEC, scen), seed=1)
     assert result.to_record()["final_phase"] == "Aborted"
     v2 = result.revisions["model-v2"]
     assert v2.weight.max() == 20  # never advanced past the first step
@@ -740,17 +738,18 @@ def test_sim_flagger_rolls_back_a_failing_canary() -> None:
 
 def test_sim_flagger_promotes_through_a_primary_rolling_update() -> None:
     scen = scenario()
-    result = rollout_sim.simulate_rollout(scen, FlaggerStyle.for_scenario(SIM_SPEC, scen), seed=1)
+    result = sim_run.simulate_rollout(scen, FlaggerStyle.for_scenario(SIM_SPEC, scen), seed=1)
     assert result.to_record()["final_phase"] == "Completed"
     assert result.revisions["model-v2-primary"].weight[-1] == 100
     assert result.lost == 0
 
 
 def test_judge_is_the_one_from_rollout_analysis() -> None:
-    from servectl.sim import peers
+    from servectl.backends.sim.peers import argo, common, flagger
 
-    assert peers.analysis.judge is analysis.judge
-    assert math.isinf(peers._NO_HARD_FAILURE)
+    assert argo.analysis.judge is analysis.judge
+    assert flagger.analysis.judge is analysis.judge
+    assert math.isinf(common.NO_HARD_FAILURE)
 
 
 def test_flagger_uses_the_first_analysis_steps_checks_without_shared_ones() -> None:

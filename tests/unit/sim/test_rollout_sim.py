@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from servectl.autoscaling import decision, snapshot
+from servectl.backends.sim import run as sim_run
+from servectl.controller.decide import Command
 from servectl.planning.types import Observed, Plan, RevisionPlan
-from servectl.sim import control, model, rollout_sim, runner, traces
+from servectl.rollout.machine import Op
+from servectl.sim import model, traces, world
+from servectl.sim import scenario as scenario_mod
+from tests.unit.sim.deciders import TickDecider
 
 SERVICE = model.ServiceModel()
 INSTANT = model.ServiceModel(cold_start_s=0)  # ready the second it is created
@@ -35,16 +40,16 @@ def plan(
 
 
 @dataclass
-class Script:
+class Script(TickDecider):
     """Plans from a schedule {from_second: plan}; records what it saw."""
 
     schedule: Mapping[float, Plan]
     period_s: float = 1.0
     name: str = "script"
     seen: list[Observed] = field(default_factory=list)
-    events: list[tuple[float, control.Event]] = field(default_factory=list)
+    events: list[tuple[float, Command]] = field(default_factory=list)
 
-    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
+    def tick(self, observed: Observed, events: Sequence[Command]) -> Plan:
         self.seen.append(observed)
         self.events.extend((observed.time, event) for event in events)
         return self.schedule[max(at for at in self.schedule if at <= observed.time)]
@@ -54,7 +59,7 @@ class Script:
 
 
 @dataclass
-class Rollout:
+class Rollout(TickDecider):
     """Idle until a START, then Progressing (v2 at 50 %), Completed ``after_s`` later."""
 
     after_s: float = 150.0
@@ -62,8 +67,8 @@ class Rollout:
     name: str = "rollout"
     started: float | None = None
 
-    def tick(self, observed: Observed, events: Sequence[control.Event]) -> Plan:
-        if any(e.op is control.Op.START for e in events):
+    def tick(self, observed: Observed, events: Sequence[Command]) -> Plan:
+        if any(e.op is Op.START for e in events):
             self.started = observed.time
         if self.started is None:
             return plan((1, 3, 100))
@@ -78,14 +83,14 @@ def scenario(
     *,
     error_rates: Mapping[int, float] | None = None,
     **kwargs: object,
-) -> control.RolloutScenario:
+) -> scenario_mod.RolloutScenario:
     services = services if services is not None else {1: SERVICE, 2: INSTANT}
     rates = error_rates or {}
-    return control.RolloutScenario(
+    return scenario_mod.RolloutScenario(
         name="test",
         trace=trace,
         revisions={
-            v: control.RevisionModel(v, service, error_rate=rates.get(v, 0.0))
+            v: scenario_mod.RevisionModel(v, service, error_rate=rates.get(v, 0.0))
             for v, service in services.items()
         },
         stable_version=1,
@@ -103,8 +108,8 @@ def test_one_fixed_revision_is_runner_simulate() -> None:
     trace = traces.steady(250, 600, seed=2)
     schedule = {0: 4, 200: 6, 400: 4}
     controller = Script({at: plan((1, n, 100)) for at, n in schedule.items()})
-    got = rollout_sim.simulate_rollout(scenario(trace), controller, seed=5)
-    want = runner.simulate(trace, _RunnerScript(schedule), SERVICE, seed=5)
+    got = sim_run.simulate_rollout(scenario(trace), controller, seed=5)
+    want = sim_run.simulate(trace, _RunnerScript(schedule), SERVICE, seed=5)
     assert got.requests == want.requests == int(want.arrivals.sum())
     assert got.met_slo == want.met_slo
     assert got.failed == want.failed == 0
@@ -138,7 +143,7 @@ class _RunnerScript:
 
 def test_weights_split_the_requests() -> None:
     controller = Script({0: plan((1, 3, 70), (2, 2, 30))})
-    result = rollout_sim.simulate_rollout(scenario(flat(200, 600)), controller, seed=1)
+    result = sim_run.simulate_rollout(scenario(flat(200, 600)), controller, seed=1)
     a, b = result.revisions["model-v1"], result.revisions["model-v2"]
     assert int(a.routed.sum() + b.routed.sum()) == result.requests == int(result.arrivals.sum())
     assert b.routed.sum() / result.requests == pytest.approx(0.30, abs=0.005)
@@ -149,17 +154,17 @@ def test_weights_split_the_requests() -> None:
 def test_header_share_goes_to_the_header_revision() -> None:
     only_header = Script({0: plan((1, 3, 100), (2, 2, 0), header=2)})
     trace = flat(200, 600)
-    result = rollout_sim.simulate_rollout(scenario(trace, header_share=0.2), only_header)
+    result = sim_run.simulate_rollout(scenario(trace, header_share=0.2), only_header)
     share = result.revisions["model-v2"].routed.sum() / result.requests
     assert share == pytest.approx(0.2, abs=0.005)
     # The rest follows the weights: 0.2 + 0.8 x 50 %.
     half = Script({0: plan((1, 3, 50), (2, 3, 50), header=2)})
-    result = rollout_sim.simulate_rollout(scenario(trace, header_share=0.2), half)
+    result = sim_run.simulate_rollout(scenario(trace, header_share=0.2), half)
     share = result.revisions["model-v2"].routed.sum() / result.requests
     assert share == pytest.approx(0.6, abs=0.005)
     # Without a header route the matched requests follow the weights too.
     no_route = Script({0: plan((1, 3, 70), (2, 2, 30))})
-    result = rollout_sim.simulate_rollout(scenario(trace, header_share=0.2), no_route)
+    result = sim_run.simulate_rollout(scenario(trace, header_share=0.2), no_route)
     share = result.revisions["model-v2"].routed.sum() / result.requests
     assert share == pytest.approx(0.3, abs=0.005)
 
@@ -169,7 +174,7 @@ def test_a_revision_with_no_ready_replica_loses_what_it_is_sent() -> None:
     t = 90 is lost at once, counted failed and seen as errors in its counters."""
     services = {1: SERVICE, 2: SERVICE}
     controller = Script({0: plan((1, 3, 100)), 60: plan((1, 3, 70), (2, 2, 30))})
-    result = rollout_sim.simulate_rollout(scenario(flat(150, 300), services), controller)
+    result = sim_run.simulate_rollout(scenario(flat(150, 300), services), controller)
     b = result.revisions["model-v2"]
     assert (b.ready[60:90] == 0).all() and (b.ready[90:] == 2).all()
     lost = int(b.routed[60:90].sum())
@@ -191,7 +196,7 @@ def test_a_revision_with_no_ready_replica_loses_what_it_is_sent() -> None:
 def test_a_costlier_revision_uses_more_cpu_per_request() -> None:
     services = {1: INSTANT, 2: model.ServiceModel(service_time_ms=40.0, cold_start_s=0)}
     controller = Script({0: plan((1, 3, 50), (2, 5, 50))})
-    rollout_sim.simulate_rollout(scenario(flat(200, 300), services), controller, seed=3)
+    sim_run.simulate_rollout(scenario(flat(200, 300), services), controller, seed=3)
     last = controller.seen[-1]
     a, b = last.revision("model-v1"), last.revision("model-v2")
     assert a is not None and b is not None and a.counters and b.counters
@@ -203,7 +208,7 @@ def test_a_costlier_revision_uses_more_cpu_per_request() -> None:
 
 def test_error_rate_shows_in_that_revisions_counters() -> None:
     controller = Script({0: plan((1, 3, 50), (2, 3, 50))})
-    result = rollout_sim.simulate_rollout(
+    result = sim_run.simulate_rollout(
         scenario(flat(200, 600), error_rates={2: 0.05}), controller, seed=4
     )
     last = controller.seen[-1]
@@ -222,22 +227,22 @@ def test_errors_do_not_depend_on_the_controller() -> None:
     """The same request is an error whichever split sends it to the erring revision."""
     trace = flat(100, 200)
     rates = {1: 0.1, 2: 0.1}
-    one = rollout_sim.simulate_rollout(
+    one = sim_run.simulate_rollout(
         scenario(trace, error_rates=rates), Script({0: plan((1, 3, 100))})
     )
-    split = rollout_sim.simulate_rollout(
+    split = sim_run.simulate_rollout(
         scenario(trace, error_rates=rates), Script({0: plan((1, 2, 40), (2, 2, 60))})
     )
     assert one.errors == split.errors > 1000
 
 
-def _backlog_then_shrink(grace_s: float) -> tuple[rollout_sim.RolloutSimResult, Script]:
+def _backlog_then_shrink(grace_s: float) -> tuple[world.RolloutSimResult, Script]:
     """330 rps on 3 replicas (300 rps capacity) for a minute builds ~6 s of backlog, then
     the load drops to 100 rps and one replica is removed."""
     trace = traces.Trace("shrink", np.where(np.arange(240) < 60, 330.0, 100.0))
     controller = Script({0: plan((1, 3, 100)), 60: plan((1, 2, 100))})
     sim = scenario(trace, {1: SERVICE}, grace_s=grace_s, initial_replicas=3)
-    return rollout_sim.simulate_rollout(sim, controller, seed=2), controller
+    return sim_run.simulate_rollout(sim, controller, seed=2), controller
 
 
 def _in_system_at_kills(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -318,7 +323,7 @@ def test_every_request_is_accounted_for_once(monkeypatch: pytest.MonkeyPatch) ->
             230: plan((1, 1, 0), (2, 0, 100), header=1),
         }
     )
-    result = rollout_sim.simulate_rollout(sim, controller, seed=1)
+    result = sim_run.simulate_rollout(sim, controller, seed=1)
     assert result.lost_unready > 0 and result.lost_cut > 0 and result.errors > 0
     assert sum(killed) == result.lost_cut
     assert result.failed > result.lost + result.errors  # timeouts too
@@ -335,7 +340,7 @@ def test_every_request_is_accounted_for_once(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_grace_period_at_light_load_cuts_nothing() -> None:
     controller = Script({0: plan((1, 4, 100)), 100: plan((1, 2, 100))})
-    result = rollout_sim.simulate_rollout(
+    result = sim_run.simulate_rollout(
         scenario(flat(100, 300), {1: SERVICE}, grace_s=30.0, initial_replicas=4), controller
     )
     assert result.lost == 0 and result.failed == 0
@@ -347,7 +352,7 @@ def test_removing_a_revision_drains_it_and_drops_it_from_observed() -> None:
         {0: plan((1, 3, 50), (2, 3, 50)), 100: plan((1, 3, 100))},
         period_s=2.0,
     )
-    result = rollout_sim.simulate_rollout(scenario(flat(200, 200)), controller)
+    result = sim_run.simulate_rollout(scenario(flat(200, 200)), controller)
     b = result.revisions["model-v2"]
     assert (b.weight[100:] == 0).all() and (b.desired[100:] == 0).all()
     assert (b.replicas[110:] == 0).all() and result.lost == 0
@@ -360,7 +365,7 @@ def test_with_nothing_to_route_to_every_request_is_lost() -> None:
     """Scaled to zero at weight 100, then no revision at all: the router answers 503."""
     controller = Script({0: plan((1, 0, 100)), 10: plan()})
     trace = flat(100, 40)
-    result = rollout_sim.simulate_rollout(scenario(trace, {1: INSTANT}), controller)
+    result = sim_run.simulate_rollout(scenario(trace, {1: INSTANT}), controller)
     assert result.lost_unready == result.requests == result.failed
     assert int(result.revisions["model-v1"].routed.sum()) == int(result.arrivals[:10].sum())
     assert controller.at(20).revisions == ()
@@ -370,7 +375,7 @@ def test_with_nothing_to_route_to_every_request_is_lost() -> None:
 
 def test_observed_has_unique_pods_and_per_revision_views() -> None:
     controller = Script({0: plan((1, 3, 60), (2, 2, 40), header=2)}, period_s=2.0)
-    rollout_sim.simulate_rollout(scenario(flat(200, 60), header_share=0.1), controller)
+    sim_run.simulate_rollout(scenario(flat(200, 60), header_share=0.1), controller)
     seen = controller.at(40)
     assert seen.metrics_ok
     assert seen.header_revision == "model-v2"
@@ -394,7 +399,7 @@ def test_observed_has_unique_pods_and_per_revision_views() -> None:
 def test_a_metrics_outage_freezes_counters_and_flags_metrics() -> None:
     controller = Script({0: plan((1, 3, 100))})
     sim = scenario(flat(150, 200), metrics_outages=((100.0, 130.0),))
-    rollout_sim.simulate_rollout(sim, controller)
+    sim_run.simulate_rollout(sim, controller)
     before = controller.at(99)
     assert before.metrics_ok
     frozen = [controller.at(t) for t in range(100, 130)]
@@ -412,7 +417,7 @@ def test_a_metrics_outage_freezes_counters_and_flags_metrics() -> None:
 
 def test_billing_counts_every_revision() -> None:
     controller = Script({0: plan((1, 3, 70), (2, 2, 30))})
-    result = rollout_sim.simulate_rollout(scenario(flat(100, 120)), controller)
+    result = sim_run.simulate_rollout(scenario(flat(100, 120)), controller)
     assert (result.total_replicas == 5).all()
     assert result.replica_seconds == 5 * 120
     summed = sum(r.replicas for r in result.revisions.values())
@@ -432,16 +437,16 @@ def test_billing_counts_every_revision() -> None:
 def test_an_invalid_plan_is_refused(bad: Plan, message: str) -> None:
     controller = Script({0: plan((1, 3, 100)), 5: bad})
     with pytest.raises(ValueError, match=message):
-        rollout_sim.simulate_rollout(scenario(flat(100, 20)), controller)
+        sim_run.simulate_rollout(scenario(flat(100, 20)), controller)
 
 
 def test_an_invalid_scenario_is_refused() -> None:
     with pytest.raises(ValueError, match="stable_version"):
-        rollout_sim.simulate_rollout(
-            control.RolloutScenario(
+        sim_run.simulate_rollout(
+            scenario_mod.RolloutScenario(
                 name="x",
                 trace=flat(10, 10),
-                revisions={2: control.RevisionModel(2)},
+                revisions={2: scenario_mod.RevisionModel(2)},
                 stable_version=1,
             ),
             Script({0: plan((1, 1, 100))}),
@@ -452,9 +457,9 @@ def test_same_seed_same_result() -> None:
     trace = traces.steady(200, 300, seed=1)
     sim = scenario(trace, header_share=0.1, error_rates={2: 0.02})
 
-    def run(seed: int) -> rollout_sim.RolloutSimResult:
+    def run(seed: int) -> world.RolloutSimResult:
         controller = Script({0: plan((1, 3, 100)), 100: plan((1, 2, 80), (2, 2, 20), header=2)})
-        return rollout_sim.simulate_rollout(sim, controller, seed=seed)
+        return sim_run.simulate_rollout(sim, controller, seed=seed)
 
     first, second, other = run(7), run(7), run(8)
     assert first.to_record() == second.to_record()
@@ -468,10 +473,10 @@ def test_same_seed_same_result() -> None:
 def test_rollout_window_and_phases_come_from_plans_and_events() -> None:
     sim = scenario(
         flat(100, 400),
-        events=(control.Event(time=105.0, op=control.Op.START, version=2),),
+        events=(scenario_mod.Event(time=105.0, op=Op.START, version=2),),
     )
     controller = Rollout(after_s=150.0)
-    result = rollout_sim.simulate_rollout(sim, controller)
+    result = sim_run.simulate_rollout(sim, controller)
     assert result.starts == (105.0,)
     assert controller.started == 110.0  # delivered on the next tick
     assert result.phases == ((0.0, "Idle"), (110.0, "Progressing"), (260.0, "Completed"))
@@ -489,7 +494,7 @@ def test_rollout_window_and_phases_come_from_plans_and_events() -> None:
 
 
 def test_no_start_means_no_rollout_window() -> None:
-    result = rollout_sim.simulate_rollout(
+    result = sim_run.simulate_rollout(
         scenario(flat(50, 60)), Script({0: plan((1, 2, 100))}), record_plans=False
     )
     assert result.rollout_window() is None

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servectl.sim import bench, model, oracle, plot, runner, traces
+from servectl.backends.sim import bench, run
+from servectl.sim import model, oracle, plot, traces
 
 SERVICE = model.ServiceModel()
 
@@ -74,8 +75,8 @@ def test_plot_timeline_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     trace = traces.step(100, 400, 60, 120)
     results = {
-        "fixed": runner.simulate(trace, bench.FixedReplicas(3), SERVICE),
-        "oracle": runner.simulate(trace, oracle.OraclePolicy(trace, SERVICE), SERVICE),
+        "fixed": run.simulate(trace, bench.FixedReplicas(3), SERVICE),
+        "oracle": run.simulate(trace, oracle.OraclePolicy(trace, SERVICE), SERVICE),
     }
     out = plot.plot_timeline(results, tmp_path / "sub" / "t.png", SERVICE.slo_ms, title="step")
     data = out.read_bytes()

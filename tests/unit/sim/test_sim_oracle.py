@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from servectl.autoscaling import decision, policy, queueing, snapshot
-from servectl.sim import bench, model, oracle, runner, traces
+from servectl.backends.sim import bench, run
+from servectl.sim import model, oracle, traces
 
 SERVICE = model.ServiceModel()
 COLD = int(SERVICE.cold_start_s)
@@ -32,7 +33,7 @@ def test_simulated_sizing_is_calibrated_on_the_simulator() -> None:
     n = 6
     limit = n * oracle.replica_rate_limit(SERVICE, model.Routing.ROUND_ROBIN, n)
     for load, meets in ((0.97 * limit, True), (1.05 * limit, False)):
-        result = runner.simulate(
+        result = run.simulate(
             traces.Trace("flat", np.full(600, load)),
             bench.FixedReplicas(n),
             SERVICE,
@@ -65,7 +66,7 @@ def test_oracle_is_ready_when_needed_and_scales_ahead_of_the_cold_start(
 ) -> None:
     trace = traces.step(200, 800, 300, 600)
     o = oracle.OraclePolicy(trace, SERVICE, sizing=sizing)
-    result = runner.simulate(trace, o, SERVICE)
+    result = run.simulate(trace, o, SERVICE)
     # Everyone starts from the same count; from one cold start on, the oracle is ahead.
     assert np.all(result.ready[COLD:] >= o.needed[COLD:])
     first_up = int(np.flatnonzero(np.diff(result.desired[COLD:]) > 0)[0]) + 1 + COLD
@@ -82,17 +83,17 @@ def test_a_burst_shorter_than_the_cold_start_is_covered() -> None:
     o = oracle.OraclePolicy(trace, SERVICE)
     two_point = np.maximum(o.needed[:-COLD], o.needed[COLD:])
     assert np.any(two_point[70:100] < o.needed[100])
-    result = runner.simulate(trace, o, SERVICE)
+    result = run.simulate(trace, o, SERVICE)
     assert np.all(result.ready[COLD:] >= o.needed[COLD:])
     assert result.desired[70] == o.needed[100]
 
 
 def test_oracle_spends_no_more_than_any_fixed_count_meeting_the_slo() -> None:
     trace = traces.step(200, 800, 300, 600)
-    o = runner.simulate(trace, oracle.OraclePolicy(trace, SERVICE), SERVICE)
+    o = run.simulate(trace, oracle.OraclePolicy(trace, SERVICE), SERVICE)
     at_capacity = int(np.ceil(800 / SERVICE.capacity_rps))  # fewer can't keep up at all
     for replicas in range(at_capacity, 40):
-        fixed = runner.simulate(
+        fixed = run.simulate(
             trace, bench.FixedReplicas(replicas), SERVICE, initial_replicas=replicas
         )
         if fixed.slo_attainment >= o.slo_attainment:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from servectl.autoscaling import decision, snapshot
-from servectl.sim import model, pipeline, runner, traces
+from servectl.backends.sim import run as sim_run
+from servectl.sim import model, pipeline, traces
 
 SERVICE = model.ServiceModel()
 
@@ -50,7 +51,7 @@ def test_a_load_step_shows_after_the_delay_and_fills_the_window() -> None:
     cfg = pipeline.PipelineConfig()
     trace = traces.step(100, 2000, at_s=60, duration_s=90)
     policy = Recorder(30)
-    result = runner.simulate(trace, policy, SERVICE, initial_replicas=30, pipeline=cfg)
+    result = sim_run.simulate(trace, policy, SERVICE, initial_replicas=30, pipeline=cfg)
     rps = {int(s.time): s.signals.rps for s in policy.seen}
     for t, value in rps.items():
         expected = _expected_rps(result.arrivals, t, cfg)
@@ -70,7 +71,7 @@ def test_age_and_missing_signals_are_never_nan() -> None:
         "idle-then-busy-then-idle", np.r_[np.zeros(20), np.full(20, 300.0), np.zeros(60)]
     )
     policy = Recorder(4)
-    runner.simulate(trace, policy, SERVICE, initial_replicas=4)
+    sim_run.simulate(trace, policy, SERVICE, initial_replicas=4)
     for snap in policy.seen:
         sig = snap.signals
         for value in (
@@ -95,7 +96,7 @@ def test_age_and_missing_signals_are_never_nan() -> None:
 def test_cpu_concurrency_and_latency_signals_track_the_truth() -> None:
     trace = traces.Trace("flat", np.full(200, 600.0))
     policy = Recorder(10)
-    result = runner.simulate(trace, policy, SERVICE, initial_replicas=10)
+    result = sim_run.simulate(trace, policy, SERVICE, initial_replicas=10)
     late = [s for s in policy.seen if s.time >= 60]
     cpu = np.mean([s.signals.cpu_usage_cores for s in late])
     assert cpu == pytest.approx(result.cpu_cores[50:].mean(), rel=0.03)
@@ -129,7 +130,7 @@ def test_pods_one_sample_per_existing_replica() -> None:
             return decision.Decision(3 if snap.time < 20 else 5, decision.Reason.POLICY), state
 
     policy = GrowAt20(0)
-    runner.simulate(trace, policy, SERVICE, initial_replicas=3)
+    sim_run.simulate(trace, policy, SERVICE, initial_replicas=3)
     at = {int(s.time): s for s in policy.seen}
     pods = at[30].pods
     assert len(pods) == 5
