@@ -218,7 +218,7 @@ def _micro_bench(output: Output) -> None:
 
     from servectl.autoscaling import engine, registry
     from servectl.backends.sim import bench as sim_bench
-    from servectl.backends.sim.run import simulate
+    from servectl.backends.sim import run as sim_run
     from servectl.sim import suite, traces
 
     svc = suite.service()
@@ -228,7 +228,7 @@ def _micro_bench(output: Output) -> None:
     walls = []
     for seed in range(3):
         started = time.perf_counter()
-        simulate(
+        sim_run.simulate(
             hour, registry.build("servectl", cfg), svc, seed=seed, max_replicas=suite.MAX_REPLICAS
         )
         walls.append(time.perf_counter() - started)

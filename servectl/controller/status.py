@@ -204,7 +204,10 @@ def build(
             C.METRICS_AVAILABLE,
             S.TRUE if observed.metrics_ok else S.FALSE,
             ConditionReason.METRICS_OK if observed.metrics_ok else ConditionReason.METRICS_STALE,
-            "" if observed.metrics_ok else "metrics stale or missing: holding, scaling up only",
+            ""
+            if observed.metrics_ok
+            else observed.metrics_detail
+            or "metrics stale or missing: holding or scaling up only, never down",
             now,
             previous,
         )

@@ -46,6 +46,7 @@ class Observed:
     header_revision: str | None = None  # where A/B-matched requests go now (None: no route)
     latency_bounds_us: tuple[float, ...] = ()  # finite bucket bounds of Counters.latency_buckets
     metrics_ok: bool = True  # False: scrapes stale or missing (rule 8)
+    metrics_detail: str = ""  # when not ok: which signal is missing, and why
     # Custom analysis checks' values: metric -> (canary, stable); None where missing.
     custom: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
 

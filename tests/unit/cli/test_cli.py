@@ -214,11 +214,12 @@ def test_bench_unknown_names_list_the_valid_ones(args: list[str], says: str) -> 
 def fast_micro(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real --micro takes ~11 s (three simulated hours per policy, four policies'
     decisions): here a simulated hour "takes" 2.5 s and a decision 42 µs."""
-    from servectl.sim import bench, runner
+    from servectl.backends.sim import bench
+    from servectl.backends.sim import run as sim_run
 
     monkeypatch.setattr(bench, "speed_check", lambda seconds, rps, seed=0: 2.5)
     monkeypatch.setattr(bench, "decision_us", lambda subject, **kwargs: 42.0)
-    monkeypatch.setattr(runner, "simulate", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sim_run, "simulate", lambda *args, **kwargs: None)
 
 
 def test_bench_micro_json_prints_the_figures(fast_micro: None) -> None:
