@@ -35,7 +35,7 @@ import cel
 
 # The CEL diagnostics parser and the literal blanker are shared with custom policies, so
 # a syntax error reads the same in a policy and in a condition.
-from servectl.autoscaling.cel_policy import _code_only, _compile_error_from_library
+from servectl.autoscaling.cel_policy.diagnostics import code_only, compile_error_from_library
 
 #: The variables a condition may read, in documentation order.
 VARIABLES: Final = ("value", "stable")
@@ -128,13 +128,13 @@ def _compile_cached(text: str) -> CompiledCondition:
         raise ConditionCompileError(
             f"the condition is {len(text)} characters; keep it under {MAX_CONDITION_CHARS}"
         )
-    code = _code_only(text)
-    if not _code_only(text, keep_strings=True).strip():
+    code = code_only(text)
+    if not code_only(text, keep_strings=True).strip():
         raise ConditionCompileError(f"empty condition; write e.g. {_EXAMPLE}")
     try:
         program = cel.compile(text)
     except Exception as error:
-        diagnostic = _compile_error_from_library(error)
+        diagnostic = compile_error_from_library(error)
         raise ConditionCompileError(
             diagnostic.message, diagnostic.line, diagnostic.column
         ) from None
