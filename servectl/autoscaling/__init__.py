@@ -11,4 +11,5 @@ Modules:
     engine     servectl's default policy (signals + panic + rails)
     hpa, kpa   exact reference baselines (Kubernetes HPA v2, Knative KPA)
     cel_policy custom CEL policies (a package: compile, activation, results, CompiledPolicy)
+    cel_diagnostics  CEL compile diagnostics with line/column, shared with api.conditions
 """

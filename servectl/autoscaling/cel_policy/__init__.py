@@ -21,14 +21,16 @@ Use the names from here (``cel_policy.compile_expression``); the modules behind 
 are private, in the order a policy meets them:
 
     errors       PolicyCompileError, PolicyResultTypeError, PolicyRuntimeError
-    diagnostics  source scanning (literals blanked, positions) and the CEL library's
-                 compile diagnostics as messages with a line and column
     helpers      the functions a policy may call (math.*, max, min, orDefault), with usage
     activation   the snapshot as CEL variables (snapshot_activation, VARIABLES)
     analysis     the static scan: variables, fields and helpers used; what is refused
     compiler     compile_expression: limits, compile, static checks, result type; cached
     results      the returned value checked and turned into a PolicyResult
     compiled     CompiledPolicy: evaluate, and explain runtime failures to the author
+
+Compile diagnostics (the library's errors as messages with a line and column), the
+literal blanker and positions live in ``servectl.autoscaling.cel_diagnostics``, shared
+with analysis-check conditions (``servectl.api.conditions``).
 """
 
 from __future__ import annotations

@@ -12,18 +12,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from servectl.autoscaling import cel_diagnostics
 from servectl.autoscaling.cel_policy.activation import VARIABLES
-from servectl.autoscaling.cel_policy.diagnostics import code_only, position
 from servectl.autoscaling.cel_policy.errors import PolicyCompileError
 from servectl.autoscaling.cel_policy.helpers import HELPERS, HELPERS_BY_LAST_NAME, Helper
 
 # Namespaces of dotted function names; CEL reports them as variables.
 _FUNCTION_NAMESPACES: Final = frozenset({"math", "optional"})
-
-# Type names, as in ``type(x) == double``; CEL reports them as variables.
-_TYPE_NAMES: Final = frozenset(
-    {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
-)
 
 # Names bound by comprehension macros (``list.map(x, ...)``); CEL reports them as
 # variables too.
@@ -78,33 +73,35 @@ class Analysis:
 
 
 def analyse(source: str, program: Any) -> Analysis:
-    code = code_only(source)
+    code = cel_diagnostics.code_only(source)
     references = program.references()
     named = set(references.get("variables", ()))
     bound = set(_MACRO_BINDING.findall(code))
-    unknown = sorted(named - set(VARIABLES) - _FUNCTION_NAMESPACES - _TYPE_NAMES - bound)
+    unknown = sorted(
+        named - set(VARIABLES) - _FUNCTION_NAMESPACES - cel_diagnostics.TYPE_NAMES - bound
+    )
     if unknown:
         name = unknown[0]
         found = re.search(rf"(?<![\w.]){re.escape(name)}\b", code)
-        line, column = position(source, found.start()) if found else (None, None)
+        line, column = cel_diagnostics.position(source, found.start()) if found else (None, None)
         raise PolicyCompileError(
             f"unknown variable {name!r}; a policy can use: {', '.join(VARIABLES)}", line, column
         )
     for match in _MATH_CALL.finditer(code):
         if f"math.{match.group(1)}" not in HELPERS:
-            line, column = position(source, match.start())
+            line, column = cel_diagnostics.position(source, match.start())
             available = ", ".join(sorted(n for n in HELPERS if n.startswith("math.")))
             raise PolicyCompileError(
                 f"unknown function math.{match.group(1)}; available: {available}", line, column
             )
     for match in _BARE_MATH.finditer(code):
-        line, column = position(source, match.start())
+        line, column = cel_diagnostics.position(source, match.start())
         raise PolicyCompileError(
             f"unknown function {match.group(1)}(); write math.{match.group(1)}(...)", line, column
         )
     nested = _nested_comprehension(code)
     if nested is not None:
-        line, column = position(source, nested)
+        line, column = cel_diagnostics.position(source, nested)
         raise PolicyCompileError(
             "comprehensions (all, exists, exists_one, map, filter) may not be nested: "
             "their cost multiplies",

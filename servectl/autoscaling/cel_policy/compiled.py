@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import cel
 
-from servectl.autoscaling import snapshot
+from servectl.autoscaling import cel_diagnostics, snapshot
 from servectl.autoscaling.cel_policy.activation import (
     NO_PARAMS,
     SIGNAL_FIELDS,
@@ -22,15 +22,10 @@ from servectl.autoscaling.cel_policy.activation import (
     cel_state,
 )
 from servectl.autoscaling.cel_policy.analysis import Analysis
-from servectl.autoscaling.cel_policy.diagnostics import code_only
 from servectl.autoscaling.cel_policy.errors import PolicyRuntimeError
 from servectl.autoscaling.cel_policy.helpers import HELPERS
 from servectl.autoscaling.cel_policy.results import CEL_TYPE_NAMES, PolicyResult, to_result
 
-_BUILTIN_FUNCTIONS: Final = frozenset(
-    {"int", "uint", "double", "string", "bytes", "bool", "size", "type", "dyn", "timestamp",
-     "duration", "contains", "startsWith", "endsWith", "matches"}
-)  # fmt: skip
 _FUNCTION_ERROR = re.compile(r"Function '([^']+)' error")
 _UNDEFINED = re.compile(r"Undefined variable or function: '([^']+)'")
 _UNSUPPORTED = re.compile(r"Unsupported operation: (\w+) (\S+) (\w+)")
@@ -50,7 +45,7 @@ class CompiledPolicy:
         self.expression = expression
         self._program = program
         self._analysis = analysis
-        self._code = code_only(expression)
+        self._code = cel_diagnostics.code_only(expression)
         self._functions: dict[str, Callable[..., Any]] = dict(analysis.helpers)
 
     def __repr__(self) -> str:
@@ -85,7 +80,7 @@ class CompiledPolicy:
         except Exception as error:
             raise PolicyRuntimeError(self._explain(error, snap)) from None
         except BaseException as error:  # a Rust panic surfaces as pyo3's PanicException
-            if type(error).__name__ != "PanicException":
+            if not cel_diagnostics.is_panic(error):
                 raise
             raise PolicyRuntimeError(f"evaluation failed inside the CEL library: {error}") from None
 
@@ -142,7 +137,7 @@ class CompiledPolicy:
             usage = HELPERS[function.group(1)].usage
             return f"{function.group(1)} got arguments it does not take{hint}; usage: {usage}"
         undefined = _UNDEFINED.search(text)
-        if undefined and undefined.group(1) in _BUILTIN_FUNCTIONS:
+        if undefined and undefined.group(1) in cel_diagnostics.BUILTIN_FUNCTIONS:
             # The library reports a built-in called with types it has no overload
             # for (``int(null)``) as an undefined function.
             nulls = self._null_signals(snap)

@@ -8,10 +8,9 @@ from typing import Final
 
 import cel
 
-from servectl.autoscaling import cel_types
+from servectl.autoscaling import cel_diagnostics, cel_types
 from servectl.autoscaling.cel_policy.analysis import analyse
 from servectl.autoscaling.cel_policy.compiled import CompiledPolicy
-from servectl.autoscaling.cel_policy.diagnostics import code_only, compile_error_from_library
 from servectl.autoscaling.cel_policy.errors import PolicyCompileError, PolicyResultTypeError
 
 #: Compile and evaluation costs grow with the expression; policies are a few lines.
@@ -37,7 +36,7 @@ def _compile_cached(expr: str) -> CompiledPolicy:
         raise PolicyCompileError(
             f"the expression is {len(expr)} characters; keep it under {MAX_EXPRESSION_CHARS}"
         )
-    if not code_only(expr, keep_strings=True).strip():
+    if not cel_diagnostics.code_only(expr, keep_strings=True).strip():
         raise PolicyCompileError(
             "empty expression; return replicas, e.g. `recommended` or "
             '`{"replicas": recommended, "reason": "WHY"}`'
@@ -45,9 +44,12 @@ def _compile_cached(expr: str) -> CompiledPolicy:
     try:
         program = cel.compile(expr)
     except Exception as error:
-        raise compile_error_from_library(error) from None
+        diagnostic = cel_diagnostics.from_library(error)
+        raise PolicyCompileError(
+            diagnostic.message, diagnostic.line, diagnostic.column, detail=diagnostic.detail
+        ) from None
     except BaseException as error:  # a Rust panic surfaces as pyo3's PanicException
-        if type(error).__name__ != "PanicException":
+        if not cel_diagnostics.is_panic(error):
             raise
         raise PolicyCompileError(f"does not compile: {error}") from None
     _reject_struct_literals(expr)
@@ -71,14 +73,16 @@ def _reject_struct_literals(expr: str) -> None:
     """``Name{...}`` (a CEL message literal) compiles but can never run here: no message
     types are declared, so every evaluation would fail. Refuse it at compile time."""
     match = next(
-        (m for m in _STRUCT_LITERAL.finditer(code_only(expr)) if m.group(1) not in _KEYWORDS),
+        (
+            m
+            for m in _STRUCT_LITERAL.finditer(cel_diagnostics.code_only(expr))
+            if m.group(1) not in _KEYWORDS
+        ),
         None,
     )
     if match is None:
         return
-    before = expr[: match.start()]
-    line = before.count("\n") + 1
-    column = match.start() - (before.rfind("\n") + 1) + 1
+    line, column = cel_diagnostics.position(expr, match.start())
     raise PolicyCompileError(
         f"`{match.group(1)}{{...}}` builds a message type, which policies cannot use; "
         'return a map instead, e.g. {"replicas": recommended, "reason": "WHY"}',

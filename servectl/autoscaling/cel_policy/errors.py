@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from servectl.autoscaling import cel_diagnostics
+
 
 class PolicyCompileError(ValueError):
     """The expression does not compile, or names something that does not exist.
@@ -22,11 +24,7 @@ class PolicyCompileError(ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        if self.line is None:
-            return self.message
-        if self.column is None:
-            return f"line {self.line}: {self.message}"
-        return f"line {self.line}, column {self.column}: {self.message}"
+        return cel_diagnostics.located(self.message, self.line, self.column)
 
 
 class PolicyResultTypeError(PolicyCompileError):

@@ -1,22 +1,66 @@
-"""Reading CEL source and the CEL library's compile diagnostics.
+"""One home for what the CEL library reports: compile diagnostics, names, panics.
 
-``code_only`` blanks string literals and comments so static scans are not fooled by a
-reason string; ``compile_error_from_library`` turns the library's diagnostic text into a
-message with a line and column.
+Custom policies (``servectl.autoscaling.cel_policy``) and analysis-check conditions
+(``servectl.api.conditions``) both compile CEL with the same library, so a syntax error
+must read the same in both: :func:`from_library` turns the library's diagnostic text into
+a :class:`Diagnostic` (a short message, a 1-based line and column), and
+:func:`located` is how both write it (``"line L, column C: <message>"``). The static
+scans of both use :func:`code_only` (string literals and comments blanked) and
+:func:`position`.
+
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Final
 
-from servectl.autoscaling.cel_policy.errors import PolicyCompileError
+#: Type names (``type(x) == double``): the library reports them as variables.
+TYPE_NAMES: Final = frozenset(
+    {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
+)
+
+#: Built-in functions. The library reports one called with argument types it has no
+#: overload for (``int(null)``) as "Undefined variable or function".
+BUILTIN_FUNCTIONS: Final = frozenset(
+    {"int", "uint", "double", "string", "bytes", "bool", "size", "type", "dyn", "timestamp",
+     "duration", "contains", "startsWith", "endsWith", "matches"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A compile error as people should read it; ``detail`` is the library's full text."""
+
+    message: str
+    line: int | None = None
+    column: int | None = None
+    detail: str = ""
+
+
+def located(message: str, line: int | None, column: int | None) -> str:
+    """``"line L, column C: <message>"``, as precise as the position is known."""
+    if line is None:
+        return message
+    if column is None:
+        return f"line {line}: {message}"
+    return f"line {line}, column {column}: {message}"
+
+
+def is_panic(error: BaseException) -> bool:
+    """Whether ``error`` is a Rust panic inside the library (pyo3's PanicException, a
+    BaseException): reported like any other failure, where KeyboardInterrupt is not."""
+    return type(error).__name__ == "PanicException"
 
 
 def code_only(source: str, *, keep_strings: bool = False) -> str:
     """``source`` with string literals and ``//`` comments blanked, positions kept.
 
     The static scans (variables, fields, function names) must not be fooled by
-    a reason string such as ``"signals.rps missing"``.
+    a reason string such as ``"signals.rps missing"``; ``keep_strings`` blanks
+    comments only (an expression that is only a comment is empty).
     """
     out = list(source)
     i, n = 0, len(source)
@@ -49,6 +93,7 @@ def code_only(source: str, *, keep_strings: bool = False) -> str:
 
 
 def position(source: str, offset: int) -> tuple[int, int]:
+    """The 1-based (line, column) of ``offset`` in ``source``."""
     line = source.count("\n", 0, offset) + 1
     column = offset - (source.rfind("\n", 0, offset) + 1) + 1
     return line, column
@@ -86,15 +131,18 @@ def _short_syntax_message(text: str) -> str:
     return text
 
 
-def compile_error_from_library(error: Exception) -> PolicyCompileError:
+def from_library(error: Exception) -> Diagnostic:
+    """What ``cel.compile`` raised, as one diagnostic: the first one meant for people,
+    its first line without ANTLR's list of expected tokens, at its line and column.
+    Without a position in the text: ``"does not compile: <text>"``."""
     text = str(error)
     diagnostics = [
         (int(m.group(1)), int(m.group(2)), m.group(3).strip()) for m in _DIAGNOSTIC.finditer(text)
     ]
     if not diagnostics:
-        return PolicyCompileError(f"does not compile: {text}", detail=text)
+        return Diagnostic(f"does not compile: {text}", detail=text)
     # The parser sometimes reports an internal "Incomplete ExprContext" before the
     # real syntax error it caused; prefer the first diagnostic meant for people.
     useful = [d for d in diagnostics if "Incomplete `ExprContext`" not in d[2]] or diagnostics
     line, column, message = useful[0]
-    return PolicyCompileError(_short_syntax_message(message), line, column, detail=text)
+    return Diagnostic(_short_syntax_message(message), line, column, detail=text)
