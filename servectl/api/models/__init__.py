@@ -55,7 +55,6 @@ from servectl.api.models.autoscaling import (
     ResolvedPolicy,
     ScalingRulesSpec,
     Signal,
-    UnknownPolicyError,
     describe_rules,
 )
 from servectl.api.models.common import (
@@ -129,6 +128,7 @@ from servectl.api.models.status import (
     RolloutStatus,
     Verdict,
 )
+from servectl.autoscaling.policy import UnknownPolicyError
 
 __all__ = [
     "API_VERSION",

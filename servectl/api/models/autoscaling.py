@@ -24,6 +24,7 @@ from servectl.api.models.common import (
 )
 from servectl.api.models.scalingpolicy import ScalingPolicy
 from servectl.autoscaling import config
+from servectl.autoscaling.policy import UnknownPolicyError
 
 # The target field each signal type carries (and no other).
 SIGNAL_TARGET_FIELDS: Mapping[config.SignalType, str] = {
@@ -224,10 +225,6 @@ class BehaviorSpec(SpecModel):
                 else self.scale_down.to_config(defaults.scale_down)
             ),
         )
-
-
-class UnknownPolicyError(LookupError):
-    """``policy.ref`` names a ScalingPolicy that is not in the library given."""
 
 
 @dataclass(frozen=True)
