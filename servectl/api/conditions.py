@@ -33,9 +33,10 @@ from typing import Any, Final
 
 import cel
 
-# The CEL diagnostics parser and the literal blanker are shared with custom policies, so
-# a syntax error reads the same in a policy and in a condition.
-from servectl.autoscaling.cel_policy import _code_only, _compile_error_from_library
+# Compile diagnostics, the literal blanker and what the library reports as names are
+# shared with custom policies, so a syntax error reads the same in a policy and in a
+# condition.
+from servectl.autoscaling import cel_diagnostics
 
 #: The variables a condition may read, in documentation order.
 VARIABLES: Final = ("value", "stable")
@@ -48,15 +49,7 @@ MAX_CONDITION_CHARS: Final = 1024
 
 _EXAMPLE: Final = "value < 0.01 || value < stable * 1.2"
 
-# Type names (``type(value) == double``) are reported by CEL as variables.
-_TYPE_NAMES: Final = frozenset(
-    {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
-)
 _COMPREHENSION: Final = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(")
-_BUILTIN_FUNCTIONS: Final = frozenset(
-    {"int", "uint", "double", "string", "bytes", "bool", "size", "type", "dyn", "timestamp",
-     "duration", "contains", "startsWith", "endsWith", "matches"}
-)  # fmt: skip
 _PLACEHOLDER: Final = re.compile(r"\{\{(.*?)\}\}")
 _PY_TYPES: Final = {"float": "double", "str": "string", "NoneType": "null", "dict": "map"}
 _PY_TYPE_WORD: Final = re.compile(r"\b(float|str|NoneType|dict)\b")
@@ -80,11 +73,7 @@ class ConditionCompileError(ConditionError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        if self.line is None:
-            return self.message
-        if self.column is None:
-            return f"line {self.line}: {self.message}"
-        return f"line {self.line}, column {self.column}: {self.message}"
+        return cel_diagnostics.located(self.message, self.line, self.column)
 
 
 class ConditionEvalError(ConditionError):
@@ -128,23 +117,23 @@ def _compile_cached(text: str) -> CompiledCondition:
         raise ConditionCompileError(
             f"the condition is {len(text)} characters; keep it under {MAX_CONDITION_CHARS}"
         )
-    code = _code_only(text)
-    if not _code_only(text, keep_strings=True).strip():
+    code = cel_diagnostics.code_only(text)
+    if not cel_diagnostics.code_only(text, keep_strings=True).strip():
         raise ConditionCompileError(f"empty condition; write e.g. {_EXAMPLE}")
     try:
         program = cel.compile(text)
     except Exception as error:
-        diagnostic = _compile_error_from_library(error)
+        diagnostic = cel_diagnostics.from_library(error)
         raise ConditionCompileError(
             diagnostic.message, diagnostic.line, diagnostic.column
         ) from None
     except BaseException as error:  # a Rust panic surfaces as pyo3's PanicException
-        if type(error).__name__ != "PanicException":
+        if not cel_diagnostics.is_panic(error):
             raise
         raise ConditionCompileError(f"does not compile: {error}") from None
     comprehension = _COMPREHENSION.search(code)
     if comprehension is not None:
-        line, column = _position(text, comprehension.start() + 1)
+        line, column = cel_diagnostics.position(text, comprehension.start() + 1)
         raise ConditionCompileError(
             f"{comprehension.group(1)}() is not available in a condition; compare value "
             f"(and stable) directly, e.g. {_EXAMPLE}",
@@ -152,12 +141,12 @@ def _compile_cached(text: str) -> CompiledCondition:
             column,
         )
     named = set(program.references().get("variables", ()))
-    unknown = sorted(named - set(VARIABLES) - _TYPE_NAMES)
+    unknown = sorted(named - set(VARIABLES) - cel_diagnostics.TYPE_NAMES)
     if unknown:
         name = unknown[0]
         found = re.search(rf"(?<![\w.]){re.escape(name)}\b", code)
         where: tuple[int | None, int | None] = (
-            _position(text, found.start()) if found else (None, None)
+            cel_diagnostics.position(text, found.start()) if found else (None, None)
         )
         raise ConditionCompileError(
             f"unknown name {name!r}; a condition reads value and stable (doubles)", *where
@@ -181,16 +170,11 @@ def _trial(compiled: CompiledCondition) -> None:
     except Exception:
         return
     except BaseException as error:  # PanicException
-        if type(error).__name__ != "PanicException":
+        if not cel_diagnostics.is_panic(error):
             raise
         return
     if not isinstance(result, bool):
         raise ConditionCompileError(_not_bool(result))
-
-
-def _position(source: str, offset: int) -> tuple[int, int]:
-    line = source.count("\n", 0, offset) + 1
-    return line, offset - (source.rfind("\n", 0, offset) + 1) + 1
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -228,7 +212,7 @@ def evaluate_condition(
             ) from None
         raise ConditionEvalError(f"condition {compiled.text!r}: {_explain(error)}") from None
     except BaseException as error:  # PanicException
-        if type(error).__name__ != "PanicException":
+        if not cel_diagnostics.is_panic(error):
             raise
         raise ConditionEvalError(f"condition {compiled.text!r}: CEL failed: {error}") from None
     if not isinstance(result, bool):
@@ -272,7 +256,7 @@ def _explain(error: BaseException) -> str:
     if "Found struct" in text:
         return "`Name{...}` builds a message type, which a condition cannot use"
     undefined = re.search(r"Undefined variable or function: '([^']+)'", text)
-    if undefined and undefined.group(1) in _BUILTIN_FUNCTIONS:
+    if undefined and undefined.group(1) in cel_diagnostics.BUILTIN_FUNCTIONS:
         # The library reports a built-in given an argument of the wrong type this way.
         return f"{undefined.group(1)}() got an argument of a type it does not take"
     if undefined:

@@ -10,5 +10,6 @@ Modules:
     rails      the shared safety rails every policy is wrapped in
     engine     servectl's default policy (signals + panic + rails)
     hpa, kpa   exact reference baselines (Kubernetes HPA v2, Knative KPA)
-    cel_policy custom CEL policies
+    cel_policy custom CEL policies (a package: compile, activation, results, CompiledPolicy)
+    cel_diagnostics  CEL compile diagnostics with line/column, shared with api.conditions
 """

@@ -15,6 +15,15 @@ from servectl.autoscaling import decision, snapshot
 State = dict[str, Any]
 
 
+class UnknownPolicyError(ValueError, LookupError):
+    """A policy name that names no policy: a built-in one (``registry.build``), or the
+    ScalingPolicy a ModelService's ``policy.ref`` names (``AutoscalingSpec.resolve_policy``).
+
+    Both a ValueError (a bad argument) and a LookupError (a name not found), so callers
+    that catch either keep catching it.
+    """
+
+
 @runtime_checkable
 class Policy(Protocol):
     """Anything that turns snapshots into replica decisions."""

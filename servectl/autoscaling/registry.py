@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from servectl.autoscaling import config, engine, hpa, kpa
 from servectl.autoscaling.decision import Decision
 from servectl.autoscaling.policy import Policy, State
+from servectl.autoscaling.policy import UnknownPolicyError as UnknownPolicyError  # re-exported
 from servectl.autoscaling.snapshot import Snapshot
 
 BUILDERS: dict[str, Callable[[config.AutoscalingConfig], Policy]] = {
@@ -21,10 +22,6 @@ BUILDERS: dict[str, Callable[[config.AutoscalingConfig], Policy]] = {
     "hpa": hpa.from_config,
     "kpa": kpa.from_config,
 }
-
-
-class UnknownPolicyError(ValueError):
-    pass
 
 
 def names() -> list[str]:

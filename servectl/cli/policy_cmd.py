@@ -143,6 +143,7 @@ def policy_eval(
     from servectl.autoscaling import registry, snapshot
     from servectl.autoscaling.config import SignalTarget, SignalType
     from servectl.autoscaling.decision import Reason
+    from servectl.autoscaling.policy import UnknownPolicyError
 
     docs = _read_json_documents(snapshot_file)
     snaps = []
@@ -166,7 +167,7 @@ def policy_eval(
         err.print("kpa: no concurrency target given; using Knative's default of 100 per replica")
     try:
         chosen = registry.build(policy, cfg, custom)
-    except (registry.UnknownPolicyError, ValueError) as exc:
+    except (UnknownPolicyError, ValueError) as exc:
         raise fail(f"--policy: {exc}") from exc
     state = _read_state(state_file) if state_file else None
     try:
@@ -208,6 +209,7 @@ def _policy_config(
     from servectl import specfile
     from servectl.api import models, validation
     from servectl.autoscaling import cel_policy, config, engine
+    from servectl.autoscaling.policy import UnknownPolicyError
 
     def load(path: Path, option: str) -> list[Any]:
         try:
@@ -234,7 +236,7 @@ def _policy_config(
         cfg = autoscaling.to_config()
         try:
             resolved = autoscaling.resolve_policy(library)
-        except models.UnknownPolicyError as exc:
+        except UnknownPolicyError as exc:
             raise fail(f"--spec {spec}: spec.autoscaling.policy.ref: {exc}") from exc
         if resolved is not None:
             name, expression, merged = resolved.name, resolved.cel, dict(resolved.params)

@@ -1,0 +1,370 @@
+"""spec.autoscaling: signals, the custom CEL policy, behavior; ``to_config()`` for the engine.
+
+Defaults come from ``servectl.autoscaling.config`` so the documents and the engine
+cannot disagree; ``AutoscalingSpec.resolve_policy`` finds the CEL policy a service runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+
+from servectl.api.models.common import (
+    CEL_IDENTIFIER,
+    DNS1123_SUBDOMAIN,
+    Int,
+    Number,
+    SpecModel,
+    cel_rules,
+    spec_error,
+    to_snake,
+)
+from servectl.api.models.scalingpolicy import ScalingPolicy
+from servectl.autoscaling import config
+from servectl.autoscaling.policy import UnknownPolicyError
+
+# The target field each signal type carries (and no other).
+SIGNAL_TARGET_FIELDS: Mapping[config.SignalType, str] = {
+    config.SignalType.CPU: "targetUtilization",
+    config.SignalType.GPU: "targetDutyCycle",
+    config.SignalType.LATENCY: "targetMs",
+    config.SignalType.RPS: "targetPerReplica",
+    config.SignalType.CONCURRENCY: "targetPerReplica",
+}
+_SIGNAL_EXAMPLES: Mapping[config.SignalType, str] = {
+    config.SignalType.CPU: "{type: cpu, targetUtilization: 70}",
+    config.SignalType.GPU: "{type: gpu, targetDutyCycle: 80}",
+    config.SignalType.LATENCY: "{type: latency, percentile: 99, targetMs: 150}",
+    config.SignalType.RPS: "{type: rps, targetPerReplica: 400}",
+    config.SignalType.CONCURRENCY: "{type: concurrency, targetPerReplica: 8}",
+}
+
+
+class Signal(SpecModel):
+    """One scaling signal; each type takes exactly its own target field."""
+
+    model_config = cel_rules(
+        ("has(self.targetUtilization) == (self.type == 'cpu')", "targetUtilization is for cpu"),
+        ("has(self.targetDutyCycle) == (self.type == 'gpu')", "targetDutyCycle is for gpu"),
+        ("has(self.targetMs) == (self.type == 'latency')", "targetMs is for latency"),
+        ("!has(self.percentile) || self.type == 'latency'", "percentile is for latency"),
+        (
+            "has(self.targetPerReplica) == (self.type == 'rps' || self.type == 'concurrency')",
+            "targetPerReplica is for rps and concurrency",
+        ),
+    )
+
+    type: config.SignalType = Field(description="cpu, gpu, latency, rps or concurrency.")
+    target_utilization: Number | None = Field(
+        default=None, gt=0, description="cpu: target percent of the CPU request (may exceed 100)."
+    )
+    target_duty_cycle: Number | None = Field(
+        default=None, gt=0, le=100, description="gpu: target GPU duty cycle percent."
+    )
+    percentile: Number | None = Field(
+        default=None,
+        gt=0,
+        lt=100,
+        description="latency: which percentile to hold under targetMs (default 99).",
+    )
+    target_ms: Number | None = Field(
+        default=None, gt=0, description="latency: target latency at the percentile, in ms."
+    )
+    target_per_replica: Number | None = Field(
+        default=None, gt=0, description="rps, concurrency: target load per replica."
+    )
+
+    @model_validator(mode="after")
+    def _own_target_only(self) -> Self:
+        own = SIGNAL_TARGET_FIELDS[self.type]
+        allowed = {own, "percentile"} if self.type is config.SignalType.LATENCY else {own}
+        example = _SIGNAL_EXAMPLES[self.type]
+        for name, info in type(self).model_fields.items():
+            alias = info.alias or name
+            if alias in allowed or alias == "type" or getattr(self, name) is None:
+                continue
+            raise spec_error(
+                f"{alias} does not apply to a {self.type.value} signal",
+                field=(alias,),
+                fix=f"remove {alias}; a {self.type.value} signal is {example}",
+            )
+        if getattr(self, to_snake(own)) is None:
+            raise spec_error(
+                f"a {self.type.value} signal needs {own}",
+                field=(own,),
+                fix=f"add {own}, e.g. {example}",
+            )
+        return self
+
+    def to_target(self) -> config.SignalTarget:
+        """The engine's form of this signal."""
+        target = getattr(self, to_snake(SIGNAL_TARGET_FIELDS[self.type]))
+        assert target is not None  # guaranteed by _own_target_only
+        if self.type is config.SignalType.LATENCY and self.percentile is not None:
+            return config.SignalTarget(self.type, float(target), float(self.percentile))
+        return config.SignalTarget(self.type, float(target))
+
+
+def describe_rules(rules: config.ScalingRules) -> str:
+    """A one-line summary of scaling rules: "120 s window, max(50 % / 30 s)"."""
+    window = f"{rules.stabilization_s:g} s window" if rules.stabilization_s else "no window"
+    if rules.select is config.SelectPolicy.DISABLED:
+        return f"{window}, disabled"
+    limits = ", ".join(
+        f"{p.value}{' %' if p.type is config.RateType.PERCENT else ' pods'} / {p.period_s:g} s"
+        for p in rules.policies
+    )
+    return f"{window}, {rules.select.value.lower()}({limits})"
+
+
+class PolicySpec(SpecModel):
+    """A custom CEL policy: inline (cel) or a ScalingPolicy by name (ref)."""
+
+    model_config = cel_rules(("has(self.cel) != has(self.ref)", "set exactly one of cel or ref"))
+
+    cel: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Inline CEL expression returning replicas or {replicas, reason}.",
+    )
+    ref: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Name of a ScalingPolicy in the same namespace.",
+        examples=["business-hours"],
+    )
+    params: dict[Annotated[str, Field(pattern=CEL_IDENTIFIER)], Number] = Field(
+        default_factory=dict,
+        description="Values for params.* in the expression; override the ScalingPolicy's.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.cel is None) == (self.ref is None):
+            both = self.cel is not None
+            raise spec_error(
+                "set exactly one of cel or ref" + (", not both" if both else ""),
+                field=("ref",) if both else (),
+                fix="either {cel: '<expression>'} or {ref: <ScalingPolicy name>}",
+            )
+        return self
+
+
+class RatePolicySpec(SpecModel):
+    """At most ``value`` pods (or percent) of change per ``periodSeconds``."""
+
+    type: config.RateType = Field(description="Pods or Percent.")
+    value: Int = Field(gt=0, description="Pods, or percent of the current count.")
+    period_seconds: Int = Field(ge=1, le=1800, description="Window the value applies to.")
+
+    def to_config(self) -> config.RatePolicy:
+        return config.RatePolicy(self.type, self.value, float(self.period_seconds))
+
+
+class ScalingRulesSpec(SpecModel):
+    """One direction of HPA-style behavior; omitted fields keep servectl's defaults."""
+
+    stabilization_seconds: Int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="Window whose most conservative recommendation is applied.",
+    )
+    select_policy: config.SelectPolicy | None = Field(
+        default=None, description="Max, Min or Disabled (no scaling in this direction)."
+    )
+    policies: list[RatePolicySpec] | None = Field(
+        default=None, min_length=1, description="Rate limits; selectPolicy picks among them."
+    )
+
+    def to_config(self, defaults: config.ScalingRules) -> config.ScalingRules:
+        """These rules, with each omitted field taken from ``defaults``."""
+        return config.ScalingRules(
+            stabilization_s=(
+                defaults.stabilization_s
+                if self.stabilization_seconds is None
+                else float(self.stabilization_seconds)
+            ),
+            policies=(
+                defaults.policies
+                if self.policies is None
+                else tuple(p.to_config() for p in self.policies)
+            ),
+            select=defaults.select if self.select_policy is None else self.select_policy,
+        )
+
+
+class BehaviorSpec(SpecModel):
+    """Stabilization and rate limits per direction (Kubernetes HPA v2 semantics)."""
+
+    scale_up: ScalingRulesSpec | None = Field(
+        default=None,
+        description=f"Omitted: {describe_rules(config.servectl_default_behavior().scale_up)}.",
+    )
+    scale_down: ScalingRulesSpec | None = Field(
+        default=None,
+        description=f"Omitted: {describe_rules(config.servectl_default_behavior().scale_down)}.",
+    )
+
+    def to_config(self) -> config.Behavior:
+        defaults = config.servectl_default_behavior()
+        return config.Behavior(
+            scale_up=(
+                defaults.scale_up
+                if self.scale_up is None
+                else self.scale_up.to_config(defaults.scale_up)
+            ),
+            scale_down=(
+                defaults.scale_down
+                if self.scale_down is None
+                else self.scale_down.to_config(defaults.scale_down)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """The CEL policy a ModelService runs, wherever it was written."""
+
+    name: str  # the ScalingPolicy's name, or "inline"
+    cel: str
+    params: Mapping[str, float]
+    ref: str | None = None  # the ScalingPolicy name when referenced
+
+
+_SIGNAL_DEFAULTS_TEXT = [
+    f"{target.type.value} at {target.target:g}" for target in config.AutoscalingConfig.signals
+]
+
+
+def _default_signals() -> list[Signal]:
+    return [
+        Signal(type=target.type, **{to_snake(SIGNAL_TARGET_FIELDS[target.type]): target.target})
+        for target in config.AutoscalingConfig.signals
+    ]
+
+
+class AutoscalingSpec(SpecModel):
+    """How many replicas to run, decided from signals and an optional CEL policy."""
+
+    model_config = cel_rules(
+        (
+            "!has(self.minReplicas) || !has(self.maxReplicas)"
+            " || self.minReplicas <= self.maxReplicas",
+            "minReplicas must not exceed maxReplicas",
+        )
+    )
+
+    # Defaults come from the engine's config so the two cannot disagree.
+    # minReplicas >= 1: a TF Serving replica takes tens of seconds to load a model, and
+    # with zero replicas no latency/CPU signal exists to wake the service.
+    min_replicas: Int = Field(
+        default=config.AutoscalingConfig.min_replicas, ge=1, description="Fewest replicas."
+    )
+    max_replicas: Int = Field(
+        default=config.AutoscalingConfig.max_replicas, ge=1, description="Most replicas."
+    )
+    mode: config.Mode = Field(
+        default=config.AutoscalingConfig.mode,
+        description="active applies decisions; recommend only records them in status.",
+    )
+    signals: list[Signal] = Field(
+        default_factory=_default_signals,
+        min_length=1,
+        max_length=len(config.SignalType),  # one per type
+        description="Each signal proposes a replica count; the largest wins. Omitted: "
+        + ", ".join(_SIGNAL_DEFAULTS_TEXT)
+        + ".",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    policy: PolicySpec | None = Field(default=None, description="Optional custom CEL policy.")
+    behavior: BehaviorSpec | None = Field(
+        default=None, description="Omitted: servectl's defaults (fast up, cautious down)."
+    )
+    cold_start_seconds: Number | None = Field(
+        default=None,
+        ge=0,
+        description="Time for a new replica to become ready (engine default "
+        f"{config.AutoscalingConfig.cold_start_s:g}s).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        low, high = self.min_replicas, self.max_replicas
+        if low > high:
+            raise spec_error(
+                f"minReplicas ({low}) is greater than maxReplicas ({high})",
+                field=("minReplicas",),
+                fix=f"set minReplicas <= maxReplicas (now {low} > {high})",
+            )
+        seen: dict[config.SignalType, int] = {}
+        for index, signal in enumerate(self.signals):
+            if signal.type in seen:
+                raise spec_error(
+                    f"duplicate {signal.type.value} signal (also signals[{seen[signal.type]}])",
+                    field=("signals", index, "type"),
+                    fix=f"keep one {signal.type.value} signal; combine other conditions "
+                    "in a CEL policy",
+                )
+            seen[signal.type] = index
+        return self
+
+    def to_config(self) -> config.AutoscalingConfig:
+        """The engine's configuration; fields the spec cannot set keep engine defaults."""
+        return config.AutoscalingConfig(
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            signals=tuple(signal.to_target() for signal in self.signals),
+            mode=self.mode,
+            behavior=(
+                config.servectl_default_behavior()
+                if self.behavior is None
+                else self.behavior.to_config()
+            ),
+            cold_start_s=(
+                config.AutoscalingConfig.cold_start_s
+                if self.cold_start_seconds is None
+                else float(self.cold_start_seconds)
+            ),
+        )
+
+    @property
+    def inline_cel(self) -> str | None:
+        """The inline CEL expression, if the policy is written in place."""
+        return None if self.policy is None else self.policy.cel
+
+    @property
+    def policy_ref(self) -> str | None:
+        """The referenced ScalingPolicy name, if any."""
+        return None if self.policy is None else self.policy.ref
+
+    def resolve_policy(self, library: Mapping[str, ScalingPolicy]) -> ResolvedPolicy | None:
+        """The CEL policy to run, looking ``ref`` up in ``library`` (by name).
+
+        Params: the ScalingPolicy's, overridden by ``policy.params``. Raises
+        UnknownPolicyError when ``ref`` is not in ``library``.
+        """
+        if self.policy is None:
+            return None
+        if self.policy.cel is not None:
+            return ResolvedPolicy(
+                name="inline", cel=self.policy.cel, params=dict(self.policy.params)
+            )
+        assert self.policy.ref is not None  # exactly one of cel/ref is set
+        found = library.get(self.policy.ref)
+        if found is None:
+            known = ", ".join(sorted(library)) or "none"
+            raise UnknownPolicyError(
+                f"ScalingPolicy {self.policy.ref!r} not found (known: {known})"
+            )
+        return ResolvedPolicy(
+            name=self.policy.ref,
+            cel=found.spec.cel,
+            params={**found.spec.params, **self.policy.params},
+            ref=self.policy.ref,
+        )
