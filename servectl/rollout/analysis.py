@@ -198,12 +198,6 @@ def _samples_note(what: str, requests: float, min_samples: int) -> str:
     return f"{what}{_count(requests)} of {min_samples} requests; extend the step or generate load"
 
 
-def _custom_attr(check: AnalysisCheck, name: str) -> str | None:
-    # ``query`` and ``condition`` are newer fields of AnalysisCheck; read them defensively.
-    value = getattr(check, name, None)
-    return value if isinstance(value, str) and value else None
-
-
 @dataclass(frozen=True)
 class _Values:
     value: float | None
@@ -253,7 +247,7 @@ def _judge_check(
     custom: Mapping[str, tuple[float | None, float | None]],
 ) -> CheckResult:
     metric = check.metric
-    query = _custom_attr(check, "query")
+    query = check.query or None
     is_custom = query is not None or not is_builtin_metric(metric)
     if metric == "modelAvailable" and not is_custom:
         values = _Values(1.0 if canary_available else 0.0, None, "no stable value for a probe")
@@ -287,7 +281,7 @@ def _judge_check(
             None,
             f"{metric} {_fmt(value)}: cannot compare with stable ({values.stable_note})",
         )
-    condition = _custom_attr(check, "condition")
+    condition = check.condition or None
     if condition is not None:
         try:
             holds = conditions.evaluate_condition(condition, value, values.stable)

@@ -347,8 +347,7 @@ def _analysis_spec(
     )
     min_samples = (own.min_samples if own and own.min_samples else None) or shared.min_samples
     checks = list((own.checks if own and own.checks else None) or shared.checks)
-    max_ext: int | None = getattr(shared, "max_extensions", None)
-    return interval, min_samples, checks, max_ext
+    return interval, min_samples, checks, shared.max_extensions
 
 
 def advance(
@@ -458,7 +457,7 @@ def _waiting(
         # A replica became ready: progress. A Degraded rollout is progressing again.
         phase = Phase.PROGRESSING if state.phase is Phase.DEGRADED else state.phase
         return replace(state, phase=phase, wait_since=view.now, wait_ready=ready, message=what)
-    deadline = float(getattr(spec, "progress_deadline_seconds", 600))
+    deadline = float(spec.progress_deadline_seconds)
     stalled = view.now - state.wait_since
     if stalled > deadline and state.phase is Phase.PROGRESSING:
         needed = view.needed.get(version, 0)
@@ -530,7 +529,7 @@ def _run_analysis(
         bounds_us=view.bounds_us,
         canary_available=bool(view.available.get(canary, False)),
         custom=view.custom,
-        hard_failure_error_rate=float(getattr(spec, "hard_failure_error_rate", 0.5)),
+        hard_failure_error_rate=float(spec.hard_failure_error_rate),
     )
     return state, result
 
@@ -709,7 +708,7 @@ def _advance_ab(
             state, _ = _judged(state, spec, None, result, now)
             return state, _abort_intent(state, hold)
         state = _record(state, result, now)
-    duration = float(getattr(ab, "duration_seconds", 600))
+    duration = float(ab.duration_seconds)
     assert state.ab_started is not None
     if now + 1e-9 < state.ab_started + duration or result is None:
         elapsed = now - state.ab_started
@@ -720,7 +719,7 @@ def _advance_ab(
     _, min_samples, _, max_ext = _analysis_spec(spec, None)
     a = _window(state, view, state.stable)
     b = _window(state, view, canary)
-    metric = str(getattr(ab, "winner_metric", "errorRate"))
+    metric = ab.winner_metric
     winner: str | None = None
     message = "no counters yet"
     if a is not None and b is not None:
@@ -728,7 +727,7 @@ def _advance_ab(
             metric,
             a,
             b,
-            higher_is_better=bool(getattr(ab, "higher_is_better", False)),
+            higher_is_better=ab.higher_is_better,
             min_samples=min_samples,
             bounds_us=view.bounds_us,
         )
@@ -759,7 +758,7 @@ def _advance_ab(
             phase=state.phase,
             message=state.message,
         )
-    if not bool(getattr(ab, "promote_winner", True)):
+    if not ab.promote_winner:
         state = replace(state, phase=Phase.PAUSED, message=f"B won: {message}; promote or abort")
         return state, _intent(state, 0, hold, header=canary)
     state = replace(state, promoting=True, message=f"B won: {message}; promoting")
@@ -772,9 +771,9 @@ def _advance_blue_green(
     canary = state.canary
     assert canary is not None
     now = view.now
-    blue_green = getattr(spec, "blue_green", None)
-    delay = float(getattr(blue_green, "scale_down_delay_seconds", 30)) if blue_green else 30.0
-    auto = bool(getattr(blue_green, "auto_promote", True)) if blue_green else True
+    blue_green = spec.blue_green or models.BlueGreenSpec()
+    delay = float(blue_green.scale_down_delay_seconds)
+    auto = blue_green.auto_promote
     hold_bg = max(hold, delay)
     preview_scale = ("weight", 100)
     if state.promoting:

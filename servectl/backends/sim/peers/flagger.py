@@ -17,7 +17,6 @@ from servectl.autoscaling.snapshot import Snapshot
 from servectl.backends.sim.peers.common import (
     EPS,
     FLAGGER_METRIC_INTERVAL_S,
-    FLAGGER_PROGRESS_DEADLINE_S,
     FLAGGER_THRESHOLD,
     HPA,
     MAX_SURGE,
@@ -247,13 +246,10 @@ class FlaggerStyle(Peer):
         self.checks = self._checks(spec)
         self.threshold = threshold
         self.metric_interval_s = metric_interval_s
-        deadline = getattr(spec, "progress_deadline_seconds", None)
         self.progress_deadline_s = (
-            progress_deadline_s
-            if progress_deadline_s is not None
-            else float(deadline)
-            if deadline is not None
-            else FLAGGER_PROGRESS_DEADLINE_S
+            float(spec.progress_deadline_seconds)
+            if progress_deadline_s is None
+            else progress_deadline_s
         )
         self.primary_suffix = primary_suffix
         self._period_s = float(period_s)
