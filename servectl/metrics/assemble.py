@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ DEFAULT_REQUIRED = ("cpu", "requests", "latency")
 ALL_SIGNALS = ("cpu", "gpu", "latency", "requests")
 
 
-class Reason:
+class Reason(enum.StrEnum):
     """Reason codes of a :class:`Problem` and of the ``MetricsAvailable`` condition."""
 
     OK = "MetricsFresh"
@@ -65,7 +66,7 @@ class Problem:
     """Why one signal is missing this tick, for every revision (or for ``revisions``)."""
 
     signal: str
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -699,7 +700,7 @@ def condition(
     else:
         keys = [(namespace, service, r) for r in revisions]
     causes: list[str] = []
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     for signal in needed:
         problem = snapshot.problem(signal)
         if problem is None and signal == "cpu":

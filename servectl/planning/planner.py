@@ -44,7 +44,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from servectl.planning.types import Observed, ObservedRevision, Plan, RevisionPlan
+from servectl.planning.types import Observed, ObservedRevision, Plan, PlanReason, RevisionPlan
 from servectl.rollout.machine import Intent
 
 COST_MIN_RPS = 1.0
@@ -175,7 +175,7 @@ def plan(
     def needs(name: str, share: float) -> int:
         return need(demand, share, costs.get(name, 1.0), mix)
 
-    notes: dict[str, tuple[str, str]] = {}
+    notes: dict[str, tuple[PlanReason, str]] = {}
     # A canary failing hard loses its traffic at once, onto a stable that serves: one with
     # no ready replica (drained to 0 after a setWeight 100 step) would lose every request,
     # worse than the failing canary; then the abort scales stable first like any other.
@@ -185,7 +185,7 @@ def plan(
     if failing_hard:
         new_weights, new_header = dict(target_weights), target_header
         for name in set(current_weights) - set(target_weights):
-            notes[name] = ("AbortedHard", "failing hard: its traffic moved at once")
+            notes[name] = (PlanReason.ABORTED_HARD, "failing hard: its traffic moved at once")
     elif not observed.metrics_ok and not intent.abort:
         new_weights, new_header = dict(current_weights), current_header
     else:
@@ -249,7 +249,7 @@ def plan(
     )
     for name, (code, text) in notes.items():
         own = reasons.get(name)
-        if own is not None and own[0] == "SurgeLimited":
+        if own is not None and own[0] == PlanReason.SURGE_LIMITED:
             reasons[name] = (own[0], f"{own[1]}; {text}")
         else:
             reasons[name] = (code, f"{text}; {own[1]}" if own and own[1] else text)
@@ -272,8 +272,8 @@ def plan(
             version=versions[name],
             replicas=replicas.get(name, 0),
             weight=new_weights.get(name, 0),
-            reason=reasons.get(name, ("Steady", ""))[0],
-            message=reasons.get(name, ("Steady", ""))[1],
+            reason=reasons.get(name, (PlanReason.STEADY, ""))[0],
+            message=reasons.get(name, (PlanReason.STEADY, ""))[1],
         )
         for name in kept
     )
@@ -299,7 +299,7 @@ def plan(
     result = Plan(
         revisions=revisions,
         header_revision=new_header,
-        phase=str(intent.phase),
+        phase=intent.phase,
         message=intent.message,
         events=events + header_event,
     )
@@ -314,7 +314,7 @@ def _route_header(
     ready: Mapping[str, int],
     available: Mapping[str, bool],
     needs: _Needs,
-    notes: dict[str, tuple[str, str]],
+    notes: dict[str, tuple[PlanReason, str]],
 ) -> str | None:
     """Move the A/B header route when the revision receiving it can carry it."""
     if current == target:
@@ -329,7 +329,7 @@ def _route_header(
         wanted = needs(name, share)
         if not available.get(name, False) or ready.get(name, 0) < wanted:
             notes[name] = (
-                "WaitingForCapacity",
+                PlanReason.WAITING_FOR_CAPACITY,
                 f"header route waits for {wanted} ready replicas (has {ready.get(name, 0)})",
             )
             return current
@@ -344,7 +344,7 @@ def _shift(
     ready: Mapping[str, int],
     available: Mapping[str, bool],
     needs: _Needs,
-    notes: dict[str, tuple[str, str]],
+    notes: dict[str, tuple[PlanReason, str]],
     stable: str,
 ) -> dict[str, int]:
     """Move weights toward ``target`` as far as the receivers' ready capacity allows."""
@@ -373,7 +373,7 @@ def _shift(
                 if not available.get(name, False)
                 else f"{ready.get(name, 0)} of {wanted} replicas ready"
             )
-            notes[name] = ("WaitingForCapacity", f"at {best} % of {goal} %: {why}")
+            notes[name] = (PlanReason.WAITING_FOR_CAPACITY, f"at {best} % of {goal} %: {why}")
     gain = sum(w - current.get(n, 0) for n, w in allowed.items())
     result = dict(current)
     result.update(allowed)
@@ -398,7 +398,7 @@ def _carry_back(
     ready: Mapping[str, int],
     available: Mapping[str, bool],
     needs: _Needs,
-    notes: dict[str, tuple[str, str]],
+    notes: dict[str, tuple[PlanReason, str]],
     stable: str,
 ) -> dict[str, int]:
     """Give back what a revision's ready replicas no longer carry (rule 1, both ways).
@@ -441,7 +441,7 @@ def _carry_back(
         result[name] = held - room
         result[stable] += room
         notes[name] = (
-            "WaitingForCapacity",
+            PlanReason.WAITING_FOR_CAPACITY,
             f"gave {room} % back to {stable}: {ready.get(name, 0)} ready replicas carry "
             f"{keep} % at its measured cost",
         )
@@ -465,9 +465,9 @@ def _replicas(
     versions: Mapping[str, int],
     stable: str,
     now: float,
-) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+) -> tuple[dict[str, int], dict[str, tuple[PlanReason, str]]]:
     replicas: dict[str, int] = {}
-    reasons: dict[str, tuple[str, str]] = {}
+    reasons: dict[str, tuple[PlanReason, str]] = {}
     base: dict[str, int] = {}
     prescale: dict[str, int] = {}
     held: dict[str, int] = {}
@@ -538,7 +538,7 @@ def _replicas(
                 cap = prescale[name]  # rule 4: sized for all the traffic, budget or not
             if prescale[name] > cap:
                 reasons[name] = (
-                    "SurgeLimited",
+                    PlanReason.SURGE_LIMITED,
                     f"pre-scaling {cap} of {prescale[name]} replicas (surge budget "
                     f"{extra_budget}, {holdover} held while draining)",
                 )
@@ -552,28 +552,33 @@ def _replicas(
         previous = last[name]
         if not observed.metrics_ok and count < previous:
             count = previous
-            reasons.setdefault(name, ("MetricsMissing", "metrics stale: holding, never shrinking"))
+            reasons.setdefault(
+                name, (PlanReason.METRICS_MISSING, "metrics stale: holding, never shrinking")
+            )
         replicas[name] = count
         if name in reasons:
             continue
         if held.get(name):
             until = lowered_at[name] + hold_s.get(name, 0.0)
             reasons[name] = (
-                "Draining",
+                PlanReason.DRAINING,
                 f"keeps {count} replicas until t={until:.0f} ({hold_s.get(name, 0.0):.0f} s "
                 "after losing traffic), then shrinks",
             )
         elif prescale[name]:
             reasons[name] = (
-                "PreScaling",
+                PlanReason.PRE_SCALING,
                 f"{count} replicas ({base[name]} for {share * 100:.0f} % now, "
                 f"+{prescale[name]} before its share rises)",
             )
         elif count == 0:
-            reasons[name] = ("Retired", "no traffic; drained; removed")
+            reasons[name] = (PlanReason.RETIRED, "no traffic; drained; removed")
         elif name == stable and share >= 1.0 - 1e-9:
-            reasons[name] = ("Steady", f"{count} replicas: the autoscaler's demand")
+            reasons[name] = (PlanReason.STEADY, f"{count} replicas: the autoscaler's demand")
         else:
-            reasons[name] = ("Sized", f"{count} replicas for {share * 100:.0f} % of requests")
+            reasons[name] = (
+                PlanReason.SIZED,
+                f"{count} replicas for {share * 100:.0f} % of requests",
+            )
     del ready
     return replicas, reasons

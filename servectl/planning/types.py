@@ -11,13 +11,15 @@ over the revisions listed (a revision not listed has weight 0 and no replicas).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from servectl.api.models import RolloutPhase
 from servectl.autoscaling.snapshot import Snapshot
 from servectl.rollout.counters import Counters
 
-__all__ = ["Counters", "Observed", "ObservedRevision", "Plan", "RevisionPlan"]
+__all__ = ["Counters", "Observed", "ObservedRevision", "Plan", "PlanReason", "RevisionPlan"]
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,25 @@ class Observed:
         return next((r for r in self.revisions if r.name == name), None)
 
 
+class PlanReason(enum.StrEnum):
+    """Why the planner gave a revision its size and weight (``RevisionPlan.reason``)."""
+
+    STEADY = "Steady"  # the only revision, with all the traffic: the autoscaler's demand
+    SIZED = "Sized"  # sized for its share of the requests at its measured cost
+    PRE_SCALING = "PreScaling"  # replicas added before its share rises (scale first)
+    DRAINING = "Draining"  # lost traffic: keeps its size for the drain hold, then shrinks
+    SURGE_LIMITED = "SurgeLimited"  # pre-scaling cut to the surge budget
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a weight waits for ready replicas
+    METRICS_MISSING = "MetricsMissing"  # metrics stale: holding, never shrinking (rule 8)
+    ABORTED_HARD = "AbortedHard"  # failing hard: its traffic moved at once
+    RETIRED = "Retired"  # no traffic, drained: removed
+
+
 @dataclass(frozen=True)
 class RevisionPlan:
-    """What one revision should be. ``reason`` is a CamelCase code, ``message`` words."""
+    """What one revision should be. ``reason`` is a CamelCase code (a :class:`PlanReason`
+    from servectl's planner; an emulated peer's own codes in the simulator), ``message``
+    words."""
 
     name: str
     version: int
@@ -72,7 +90,7 @@ class Plan:
 
     revisions: tuple[RevisionPlan, ...]
     header_revision: str | None = None
-    phase: str = "Idle"  # the rollout phase after this cycle
+    phase: RolloutPhase = RolloutPhase.IDLE  # the rollout phase after this cycle
     message: str = ""
     events: tuple[str, ...] = field(default_factory=tuple)  # what changed, in words
 

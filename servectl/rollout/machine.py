@@ -43,14 +43,8 @@ from servectl.api import models
 from servectl.rollout import analysis
 from servectl.rollout.counters import Counters
 
-
-class Phase(enum.StrEnum):
-    IDLE = "Idle"  # only the stable revision; no rollout yet
-    PROGRESSING = "Progressing"  # steps running
-    PAUSED = "Paused"  # waiting for a person: a resume or promote operation
-    COMPLETED = "Completed"  # the new version is stable (or an A/B test kept A)
-    ABORTED = "Aborted"  # traffic back on stable; the new revision is removed
-    DEGRADED = "Degraded"  # past the progress deadline: the new revision does not get ready
+Phase = models.RolloutPhase
+"""The rollout's phase: the API's ``status.rollout.phase`` enum itself (one vocabulary)."""
 
 
 ACTIVE = (Phase.PROGRESSING, Phase.PAUSED, Phase.DEGRADED)
@@ -79,7 +73,7 @@ class RolloutError(ValueError):
 @dataclass(frozen=True)
 class VerdictRecord:
     step: int
-    verdict: str
+    verdict: models.Verdict
     message: str
     samples: int
     time: float
@@ -548,7 +542,7 @@ def _window(state: RolloutState, view: View, version: int) -> analysis.Window | 
 def _record(state: RolloutState, result: analysis.AnalysisResult, now: float) -> RolloutState:
     record = VerdictRecord(
         step=state.step,
-        verdict=str(result.verdict),
+        verdict=result.verdict,
         message=result.message,
         samples=int(result.samples),
         time=now,
@@ -863,7 +857,7 @@ def to_dict(state: RolloutState) -> dict[str, Any]:
         "verdicts": [
             {
                 "step": v.step,
-                "verdict": v.verdict,
+                "verdict": str(v.verdict),
                 "message": v.message,
                 "samples": v.samples,
                 "time": v.time,
@@ -905,7 +899,7 @@ def from_dict(doc: Mapping[str, Any]) -> RolloutState:
             verdicts=tuple(
                 VerdictRecord(
                     step=int(v["step"]),
-                    verdict=str(v["verdict"]),
+                    verdict=models.Verdict(v["verdict"]),
                     message=str(v.get("message", "")),
                     samples=int(v.get("samples", 0)),
                     time=float(v["time"]),

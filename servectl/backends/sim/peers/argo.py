@@ -112,7 +112,7 @@ class ArgoStyle(Peer):
         self._message = ""
         self._canary_now = 0  # the canary's replicas as last planned
         self._stable_now = 0  # the stable's replicas as last planned
-        self._outcome = "Idle"  # the phase once no rollout runs: Idle, Completed
+        self._outcome = models.RolloutPhase.IDLE  # the phase once no rollout runs: Idle, Completed
 
     def revision_name(self, version: int) -> str:
         return f"{self.service}-v{version}"
@@ -180,7 +180,7 @@ class ArgoStyle(Peer):
                 self.canary = None
                 self.aborted = False
                 self.native_phase = "Healthy"
-                self._outcome = "Idle"
+                self._outcome = models.RolloutPhase.IDLE
                 self._note(f"v{version} is the stable: back to it, steps skipped")
             return
         if self.canary is not None:
@@ -383,7 +383,7 @@ class ArgoStyle(Peer):
         self.canary = None
         self.promote_full = False
         self.native_phase = "Healthy"
-        self._outcome = "Completed"
+        self._outcome = models.RolloutPhase.COMPLETED
         self._note(f"promoted: {self.stable[0]} is the stable; {old[0]} scaled down later")
 
     # ------------------------------------------------------------------ the plan

@@ -193,16 +193,20 @@ class Retiring:
     until: float
 
 
-def phase_for(native: str) -> str:
-    return {
-        "Healthy": "Idle",
-        "Initialized": "Idle",
-        "Succeeded": "Completed",
-        "Failed": "Aborted",
-        "Degraded": "Aborted",
-        "Promoting": "Progressing",
-        "Finalising": "Progressing",
-    }.get(native, native)
+def phase_for(native: str) -> models.RolloutPhase:
+    """The tool's own phase name in servectl's vocabulary (rollout windows are measured
+    alike for every decider)."""
+    return models.RolloutPhase(
+        {
+            "Healthy": "Idle",
+            "Initialized": "Idle",
+            "Succeeded": "Completed",
+            "Failed": "Aborted",
+            "Degraded": "Aborted",
+            "Promoting": "Progressing",
+            "Finalising": "Progressing",
+        }.get(native, native)
+    )
 
 
 class Peer:

@@ -494,7 +494,11 @@ class FlaggerStyle(Peer):
         assert self.primary is not None
         revisions = self.primary.plans(observed, 100 - self.canary_weight, "Primary")
         revisions += self.canary.plans(observed, self.canary_weight, "Canary")
-        phase = "Paused" if self.suspended and self.native_phase == "Progressing" else None
+        phase = (
+            models.RolloutPhase.PAUSED
+            if self.suspended and self.native_phase == "Progressing"
+            else None
+        )
         return Plan(
             revisions=tuple(revisions),
             phase=phase or phase_for(self.native_phase),
