@@ -1,11 +1,33 @@
 """Errors with a canonical (gRPC) status code, as TF Serving reports them.
 
-Every front end (REST now, gRPC next) turns a :class:`ServingError` into its own
-wire form: REST picks the HTTP status from :data:`HTTP_STATUS` (the mapping TF
-Serving's HTTP server uses), gRPC will use ``code`` directly.
+Every front end turns a :class:`ServingError` into its own wire form: REST picks the
+HTTP status from :data:`HTTP_STATUS` (the mapping TF Serving's HTTP server uses), gRPC
+aborts the RPC with the status code of the same name. Replies that carry a status
+(``GetModelStatus``) hold the code's number, :func:`code_number`.
 """
 
 from __future__ import annotations
+
+# Canonical code names by number (absl, gRPC and ``tensorflow.error.Code`` agree).
+CANONICAL_CODES: tuple[str, ...] = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
 
 # Canonical code name -> HTTP status, as TF Serving's REST server maps them.
 HTTP_STATUS: dict[str, int] = {
@@ -42,6 +64,22 @@ class ServingError(Exception):
     @property
     def http_status(self) -> int:
         return HTTP_STATUS[self.code]
+
+
+def code_number(name: str) -> int:
+    """A canonical code's number (``NOT_FOUND`` -> 5); ValueError for an unknown name."""
+    return CANONICAL_CODES.index(name)
+
+
+def code_name(number: object) -> str:
+    """A canonical code's name from its number; ``UNKNOWN`` for anything else.
+
+    ``OK`` (0) is not an error code, so it is ``UNKNOWN`` here too: a load error
+    reported as OK is still an error.
+    """
+    if isinstance(number, int) and 0 < number < len(CANONICAL_CODES):
+        return CANONICAL_CODES[number]
+    return "UNKNOWN"
 
 
 def invalid_argument(message: str) -> ServingError:

@@ -1,13 +1,18 @@
-"""Model loading and serving: one :class:`ModelManager` that every front end calls.
+"""Model loading: one :class:`ModelManager` that every front end serves from.
 
-The manager knows models by name, their loaded versions (chosen by a version
-policy) and version labels. It speaks tensors (numpy arrays), not JSON or protos:
-the REST front end (``rest.py``) and, next, the gRPC one convert their wire
-formats to and from arrays and call :meth:`ModelManager.predict`,
-:meth:`ModelManager.classify` and :meth:`ModelManager.regress`.
+The manager knows models by name, their loaded versions (chosen by a version policy)
+and version labels; it loads new versions as they appear and moves to a new model list
+on a config reload. Requests reach it through the transport-free inference API
+(``inference.py``, which the gRPC transport adapts) or the REST front end (``rest.py``);
+it runs them on numpy arrays, with the calls of
+:class:`~servectl.modelserver.servables.Servables`.
 
-Errors are :class:`~servectl.modelserver.errors.ServingError` with TF Serving's
-codes and messages, so both front ends report them the way TF Serving does.
+A version is warmed up before it serves (``warmup.py``): its recorded requests run
+through an inference API over that version alone, which :func:`load_servable` builds
+and passes in.
+
+Errors are :class:`~servectl.modelserver.errors.ServingError` with TF Serving's codes
+and messages, so both front ends report them the way TF Serving does.
 """
 
 from __future__ import annotations
@@ -15,118 +20,41 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from servectl.modelserver import inference
+from servectl.modelserver.config import ModelConfig, VersionPolicy, parse_model_config_text
 from servectl.modelserver.errors import (
     ServingError,
+    code_name,
     failed_precondition,
     invalid_argument,
     not_found,
 )
+from servectl.modelserver.servables import (
+    PREDICT_METHOD,
+    ModelSpec,
+    Servable,
+    Servables,
+    Signature,
+    SingleServable,
+    TensorSpecInfo,
+    VersionStatus,
+)
+from servectl.modelserver.warmup import replay_warmup
 
 if TYPE_CHECKING:
     from servectl.modelserver.batching import Batcher
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SIGNATURE = "serving_default"
-PREDICT_METHOD = "tensorflow/serving/predict"
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
 SERVE_TAG = "serve"
 
 
-# --------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class VersionPolicy:
-    """Which versions under a base path are served: TF Serving's ServableVersionPolicy."""
-
-    kind: str = "latest"  # "latest" | "all" | "specific"
-    num_versions: int = 1
-    versions: tuple[int, ...] = ()
-
-    def choose(self, available: Sequence[int]) -> list[int]:
-        ordered = sorted(set(available))
-        if self.kind == "all":
-            return ordered
-        if self.kind == "specific":
-            return [v for v in ordered if v in self.versions]
-        if self.kind == "latest":
-            return ordered[-max(self.num_versions, 1) :] if ordered else []
-        raise ValueError(f"unknown version policy {self.kind!r}")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """One model: its name, base path (numbered version dirs), policy and labels.
-
-    ``origin`` names where ``base_path`` was set (a flag, or a config file's field), for
-    errors; it is not part of the config's identity.
-    """
-
-    name: str
-    base_path: str
-    policy: VersionPolicy = field(default_factory=VersionPolicy)
-    labels: Mapping[str, int] = field(default_factory=dict)
-    origin: str = field(default="base_path", compare=False)
-
-
-def parse_model_config_text(text: str, origin: str = "base_path") -> list[ModelConfig]:
-    """Parse a text-proto ModelServerConfig (``--model_config_file``).
-
-    ``origin`` says where the text came from, for errors about a base path (e.g.
-    ``base_path in --model_config_file=/models/models.config``).
-    """
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise invalid_argument(f"Invalid ModelServerConfig text proto: {exc}") from exc
-    if config.WhichOneof("config") == "custom_model_config":
-        raise invalid_argument("custom_model_config is not supported; use model_config_list")
-    out: list[ModelConfig] = []
-    for m in config.model_config_list.config:
-        if m.model_platform not in ("", "tensorflow"):
-            raise invalid_argument(
-                f"Model {m.name}: unsupported model_platform {m.model_platform!r}"
-            )
-        which = m.model_version_policy.WhichOneof("policy_choice")
-        if which == "all":
-            policy = VersionPolicy("all")
-        elif which == "specific":
-            policy = VersionPolicy(
-                "specific", versions=tuple(m.model_version_policy.specific.versions)
-            )
-        elif which == "latest":
-            policy = VersionPolicy(
-                "latest", num_versions=m.model_version_policy.latest.num_versions
-            )
-        else:
-            policy = VersionPolicy()
-        out.append(
-            ModelConfig(
-                name=m.name,
-                base_path=m.base_path,
-                policy=policy,
-                labels=dict(m.version_labels),
-                origin=origin,
-            )
-        )
-    names = [c.name for c in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise invalid_argument(f"Illegal to list model {dupes[0]} multiple times in config list")
-    return out
+# --------------------------------------------------------------------------- model dirs
 
 
 def _check_base_path(cfg: ModelConfig) -> None:
@@ -156,48 +84,7 @@ def list_versions(base_path: str | os.PathLike[str]) -> list[int]:
     return sorted(found)
 
 
-# --------------------------------------------------------------------------- servables
-
-
-@dataclass(frozen=True)
-class TensorSpecInfo:
-    """One signature input or output: its key, dtype and (partially known) shape."""
-
-    key: str
-    dtype: Any  # tf.DType
-    shape: tuple[int | None, ...] | None  # None: unknown rank
-
-    @property
-    def dtype_name(self) -> str:
-        return str(self.dtype.name)
-
-
-@dataclass(frozen=True)
-class Signature:
-    name: str
-    method_name: str
-    inputs: Mapping[str, TensorSpecInfo]
-    outputs: Mapping[str, TensorSpecInfo]
-    function: Any  # a tf ConcreteFunction
-
-
-@dataclass
-class Servable:
-    """One loaded version of one model."""
-
-    name: str
-    version: int
-    path: str
-    signatures: dict[str, Signature]
-    signature_def_map: Any  # tensorflow_serving.apis.get_model_metadata_pb2.SignatureDefMap
-    loaded: Any  # keeps the tf object (and its variables) alive
-
-    def signature(self, name: str) -> Signature:
-        key = name or DEFAULT_SIGNATURE
-        sig = self.signatures.get(key)
-        if sig is None:
-            raise invalid_argument(f'Serving signature name: "{key}" not found in signature def')
-        return sig
+# --------------------------------------------------------------------------- loading
 
 
 def _shape_of(tensor_shape: Any) -> tuple[int | None, ...] | None:
@@ -249,36 +136,20 @@ def load_servable(
         signatures[sig_name] = Signature(sig_name, method or PREDICT_METHOD, inputs, outputs, fn)
     servable = Servable(name, version, str(p), signatures, sig_map, loaded)
     if warmup:
-        from servectl.modelserver.warmup import replay_warmup
-
-        replay_warmup(servable)
+        _warm_up(servable)
     return servable
 
 
+def _warm_up(servable: Servable) -> int:
+    """Replay ``servable``'s warmup records through the inference API over it alone.
+
+    Unbatched and unrecorded, before the version joins its model; returns how many ran.
+    """
+    api = inference.PredictionApi(SingleServable(servable))
+    return replay_warmup(servable, api)
+
+
 # --------------------------------------------------------------------------- manager
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a request names: a model, optionally a version or a label, and a signature."""
-
-    name: str
-    version: int | None = None
-    label: str | None = None
-    signature_name: str = ""
-
-    def describe(self) -> str:
-        if self.version is not None:
-            return f"Specific({self.name}, {self.version})"
-        return f"Latest({self.name})"
-
-
-@dataclass(frozen=True)
-class VersionStatus:
-    version: int
-    state: str  # TF Serving ModelVersionStatus.State name: AVAILABLE, LOADING, END, ...
-    error_code: str = "OK"
-    error_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,41 +166,21 @@ class _Model:
     states: Mapping[int, VersionStatus] = field(default_factory=dict)
 
 
-# Canonical code names by number (absl / gRPC), for load errors raised by TensorFlow.
-_CODE_NAMES = (
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-)
-
-
 def _load_error_status(version: int, exc: BaseException) -> VersionStatus:
     if isinstance(exc, ServingError):
         code, message = exc.code, exc.message
     else:
-        number = getattr(exc, "error_code", None)
-        ok = isinstance(number, int) and 0 < number < len(_CODE_NAMES)
-        code = _CODE_NAMES[number] if ok else "UNKNOWN"  # type: ignore[index]
+        code = code_name(getattr(exc, "error_code", None))  # TensorFlow's OpError
         message = str(getattr(exc, "message", "") or exc)
     return VersionStatus(version, "END", code, message)
 
 
-class ModelManager:
+class ModelManager(Servables):
     """Loaded models by name, with TF Serving's lookup rules and error messages.
+
+    Requests resolve to a loaded version (:meth:`resolve`) and run with the calls of
+    :class:`~servectl.modelserver.servables.Servables` (``predict``, ``classify``,
+    ``regress``).
 
     Thread-safe: lookups take a lock only to read the current version map, and
     model calls run outside it, so a later reload can swap maps under traffic.
@@ -342,14 +193,6 @@ class ModelManager:
         # Serialises reloads (config changes, polling) so two never interleave.
         self._reload_lock = threading.Lock()
         self._models: dict[str, _Model] = {}
-
-    @classmethod
-    def serving_only(cls, servable: Servable) -> ModelManager:
-        """A manager serving just ``servable`` (as its model's only version): for warmup."""
-        manager = cls(warmup=False)
-        config = ModelConfig(servable.name, os.path.dirname(servable.path))
-        manager._models = {servable.name: _Model(config, {servable.version: servable}, {})}
-        return manager
 
     # ----------------------------------------------------------------- loading
 
@@ -549,167 +392,6 @@ class ModelManager:
             raise not_found(f"Could not find any versions of model {spec.name}")
         return [known[v] for v in sorted(known, reverse=True)]
 
-    # ----------------------------------------------------------------- inference
-
-    def _run(
-        self, servable: Servable, sig: Signature, inputs: Mapping[str, np.ndarray[Any, Any]]
-    ) -> dict[str, np.ndarray[Any, Any]]:
-        # One batching queue per loaded servable and signature (id: a reload that loads
-        # the same version number again gets a new queue).
-        key = (servable.name, servable.version, sig.name, id(servable))
-        return run_signature(sig, inputs, self.batcher, key)
-
-    def predict(
-        self, spec: ModelSpec, inputs: Mapping[str, np.ndarray[Any, Any]]
-    ) -> tuple[Servable, dict[str, np.ndarray[Any, Any]]]:
-        """Run a signature on named input arrays; returns the servable used and the outputs."""
-        servable = self.resolve(spec)
-        sig = servable.signature(spec.signature_name)
-        return servable, self._run(servable, sig, inputs)
-
-    def _example_signature(
-        self, spec: ModelSpec, method: str, kind: str
-    ) -> tuple[Servable, Signature]:
-        """The servable and signature of a classify / regress request, of that method."""
-        servable = self.resolve(spec)
-        sig = servable.signature(spec.signature_name)
-        if sig.method_name != method:
-            raise invalid_argument(
-                f"Expected {kind} signature method_name to be {method}. Was: {sig.method_name}"
-            )
-        return servable, sig
-
-    def classify(
-        self, spec: ModelSpec, examples: Sequence[bytes]
-    ) -> tuple[Servable, np.ndarray[Any, Any] | None, np.ndarray[Any, Any] | None]:
-        """Classify serialized tf.Examples: (servable, classes [N,K] or None, scores or None)."""
-        servable, sig = self._example_signature(spec, CLASSIFY_METHOD, "classification")
-        if "classes" not in sig.outputs and "scores" not in sig.outputs:
-            raise invalid_argument(
-                "Expected classification signature outputs to contain classes or scores."
-            )
-        out = self._run(servable, sig, {_single_input(sig): _examples_tensor(examples)})
-        classes = out.get("classes")
-        scores = out.get("scores")
-        return servable, classes, scores
-
-    def regress(
-        self, spec: ModelSpec, examples: Sequence[bytes]
-    ) -> tuple[Servable, np.ndarray[Any, Any]]:
-        """Regress serialized tf.Examples: (servable, one value per example)."""
-        servable, sig = self._example_signature(spec, REGRESS_METHOD, "regression")
-        if "outputs" not in sig.outputs:
-            raise invalid_argument("No output tensor named outputs in regression signature.")
-        out = self._run(servable, sig, {_single_input(sig): _examples_tensor(examples)})
-        values = np.asarray(out["outputs"])
-        if values.ndim == 2 and values.shape[1] == 1:
-            values = values.reshape(-1)
-        if values.ndim != 1 or values.shape[0] != len(examples):
-            raise invalid_argument(
-                f"Expected output Tensor shape to be [{len(examples)}] or "
-                f"[{len(examples)}, 1] but got {list(np.asarray(out['outputs']).shape)}"
-            )
-        return servable, values
-
-
-def _single_input(sig: Signature) -> str:
-    if len(sig.inputs) != 1:
-        raise invalid_argument("Expected one input Tensor.")
-    (key,) = sig.inputs
-    return key
-
-
-def _examples_tensor(examples: Sequence[bytes]) -> np.ndarray[Any, Any]:
-    if not examples:
-        raise invalid_argument("Input is empty.")
-    return np.array(list(examples), dtype=object)
-
-
-def run_signature(
-    sig: Signature,
-    inputs: Mapping[str, np.ndarray[Any, Any]],
-    batcher: Batcher | None = None,
-    key: Hashable = None,
-) -> dict[str, np.ndarray[Any, Any]]:
-    """Check inputs against the signature, call it, and return outputs as numpy arrays.
-
-    With a ``batcher`` (``--enable_batching``), the checked inputs join the queue named
-    ``key`` and run merged with other requests' (docs/batching.md); each request is
-    checked on its own first, so one bad request never fails its batch.
-    """
-    import tensorflow as tf
-
-    tensors = _checked_tensors(sig, inputs)
-    if batcher is None:
-        return _call_signature(sig, tensors)
-    arrays = {k: np.asarray(t.numpy()) for k, t in tensors.items()}
-
-    def call(merged: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-        return _call_signature(
-            sig, {k: tf.convert_to_tensor(v, dtype=sig.inputs[k].dtype) for k, v in merged.items()}
-        )
-
-    return batcher.run(key, arrays, call)
-
-
-def _checked_tensors(sig: Signature, inputs: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, Any]:
-    """The request's inputs as tensors of the signature's dtypes, or INVALID_ARGUMENT."""
-    import tensorflow as tf
-
-    missing = sorted(set(sig.inputs) - set(inputs))
-    if missing:
-        raise invalid_argument(
-            f"Request inputs do not match required inputs for signature: {sig.name}. "
-            f"Missing: {missing}"
-        )
-    extra = sorted(set(inputs) - set(sig.inputs))
-    if extra:
-        raise invalid_argument(
-            f"Request inputs do not match required inputs for signature: {sig.name}. "
-            f"Unexpected: {extra}"
-        )
-    tensors: dict[str, Any] = {}
-    for key, spec in sig.inputs.items():
-        arr = inputs[key]
-        if spec.shape is not None:
-            ok = len(spec.shape) == arr.ndim and all(
-                d is None or d == n for d, n in zip(spec.shape, arr.shape, strict=True)
-            )
-            if not ok:
-                want = [-1 if d is None else d for d in spec.shape]
-                raise invalid_argument(
-                    f"Input {key}: shape {list(arr.shape)} is not compatible with the "
-                    f"signature's shape {want}"
-                )
-        try:
-            tensors[key] = tf.convert_to_tensor(arr, dtype=spec.dtype)
-        except (TypeError, ValueError) as exc:
-            raise invalid_argument(f"Input {key}: {exc}") from exc
-    return tensors
-
-
-def _call_signature(sig: Signature, tensors: Mapping[str, Any]) -> dict[str, np.ndarray[Any, Any]]:
-    import tensorflow as tf
-
-    try:
-        result = sig.function(**tensors)
-    except tf.errors.InvalidArgumentError as exc:
-        raise invalid_argument(exc.message) from exc
-    except tf.errors.OpError as exc:
-        raise ServingError("INTERNAL", exc.message) from exc
-    return {k: np.asarray(v.numpy()) for k, v in result.items()}
-
-
-def classification_2d(arr: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
-    """A classify output as [n, num_classes] (a vector is one class per example)."""
-    if arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise invalid_argument(
-            f"Expected classification output shape [{n}, num_classes], got {list(arr.shape)}"
-        )
-    return arr
-
 
 def _labelled_version(model: Any, spec: ModelSpec) -> int | None:
     """The version a request names, its label resolved (TF Serving: INVALID_ARGUMENT)."""
@@ -718,3 +400,19 @@ def _labelled_version(model: Any, spec: ModelSpec) -> int | None:
     if model is None or spec.label not in model.labels:
         raise invalid_argument(f"Unrecognized servable version label: {spec.label}")
     return int(model.labels[spec.label])
+
+
+# Names of the model layer that callers import from here.
+__all__ = [
+    "ModelConfig",
+    "ModelManager",
+    "ModelSpec",
+    "Servable",
+    "Signature",
+    "TensorSpecInfo",
+    "VersionPolicy",
+    "VersionStatus",
+    "list_versions",
+    "load_servable",
+    "parse_model_config_text",
+]

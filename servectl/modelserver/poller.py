@@ -17,8 +17,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from servectl.modelserver.config import parse_model_config_text
 from servectl.modelserver.errors import ServingError
-from servectl.modelserver.models import ModelManager, parse_model_config_text
+from servectl.modelserver.models import ModelManager
 
 log = logging.getLogger(__name__)
 

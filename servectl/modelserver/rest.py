@@ -35,19 +35,19 @@ from typing import Any
 import numpy as np
 
 from servectl.modelserver.errors import ServingError, invalid_argument
-from servectl.modelserver.models import (
-    ModelManager,
-    ModelSpec,
-    Servable,
-    TensorSpecInfo,
-    classification_2d,
-)
+from servectl.modelserver.models import ModelManager
 from servectl.modelserver.monitoring import (
     API_GET_MODEL_METADATA,
     API_GET_MODEL_STATUS,
     CONTENT_TYPE,
     ENTRYPOINT_REST,
     ServingMetrics,
+)
+from servectl.modelserver.servables import (
+    ModelSpec,
+    Servable,
+    TensorSpecInfo,
+    classification_2d,
 )
 
 log = logging.getLogger(__name__)

@@ -321,8 +321,9 @@ def _configure_logging() -> None:
 
 def run(flags: Flags, stop: threading.Event) -> int:
     """Load models, serve until ``stop`` is set, then drain in-flight requests."""
+    from servectl.modelserver.config import ModelConfig, parse_model_config_text
     from servectl.modelserver.grpc_api import serve_grpc
-    from servectl.modelserver.models import ModelConfig, ModelManager, parse_model_config_text
+    from servectl.modelserver.models import ModelManager
     from servectl.modelserver.monitoring import metrics_for_flags
     from servectl.modelserver.poller import start_config_poller, start_poller
     from servectl.modelserver.rest import serve_rest

@@ -3,12 +3,13 @@
 TF Serving reads that file (a TFRecord of ``tensorflow.serving.PredictionLog``) when it
 loads a version and runs every request once against the new version before the version
 becomes AVAILABLE, so lazy initialisation (graph tracing, kernel choice) happens before
-real traffic arrives. The same here: each record is run through the gRPC handlers
-(:class:`~servectl.modelserver.grpc_api.PredictionApi`) against the new servable alone,
-whatever model name or version the record names. Any failing record fails the load,
-as in TF Serving (the version goes to END with the error and the old one keeps
-serving). At most 1000 records, TF Serving's limit. Warmup calls are not counted in
-the request metrics.
+real traffic arrives. The same here: each record is run through the inference API the
+caller passes in (the loader, :func:`~servectl.modelserver.models.load_servable`, passes
+a :class:`~servectl.modelserver.inference.PredictionApi` over the new servable alone), so
+warmup runs the code real requests run, whatever model name or version the record
+names, and no transport. Any failing record fails the load, as in TF Serving (the
+version goes to END with the error and the old one keeps serving). At most 1000
+records, TF Serving's limit. Warmup calls are not counted in the request metrics.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from servectl.modelserver.errors import ServingError, invalid_argument
+from servectl.modelserver.inference import PredictionApi
+from servectl.modelserver.servables import Servable, SingleServable
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +29,24 @@ WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 MAX_RECORDS = 1000  # TF Serving's WarmupConsts::kMaxNumRecords
 
 
-def replay_warmup(servable: Any) -> int:
-    """Run the servable's warmup records; returns how many ran (0: no file).
+class WarmupApi(Protocol):
+    """The calls a warmup record can make: request proto in, response proto out."""
 
-    Raises :class:`ServingError` (TF Serving's code and wording) when a record does not
-    parse, names an unsupported request type, fails, or there are more than 1000.
+    def predict(self, request: Any) -> Any: ...
+
+    def classify(self, request: Any) -> Any: ...
+
+    def regress(self, request: Any) -> Any: ...
+
+
+def replay_warmup(servable: Servable, api: WarmupApi | None = None) -> int:
+    """Run the servable's warmup records through ``api``; returns how many ran (0: no file).
+
+    ``api`` must serve ``servable`` under its model name (each record is sent there, with
+    no version); without one, a :class:`~servectl.modelserver.inference.PredictionApi`
+    over ``servable`` alone, as the loader passes. Raises :class:`ServingError` (TF
+    Serving's code and wording) when a record does not parse, names an unsupported
+    request type, fails, or there are more than 1000.
     """
     path = Path(servable.path) / WARMUP_FILE
     if not path.exists():
@@ -39,10 +55,8 @@ def replay_warmup(servable: Any) -> int:
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from servectl.modelserver.grpc_api import PredictionApi
-    from servectl.modelserver.models import ModelManager
-
-    api = PredictionApi(ModelManager.serving_only(servable))
+    if api is None:
+        api = PredictionApi(SingleServable(servable))
     start = time.perf_counter()
     count = 0
     try:
@@ -74,7 +88,7 @@ def replay_warmup(servable: Any) -> int:
     return count
 
 
-def _run(api: Any, servable: Any, record: Any) -> None:
+def _run(api: WarmupApi, servable: Servable, record: Any) -> None:
     kind = record.WhichOneof("log_type")
     handlers = {
         "predict_log": api.predict,

@@ -1,4 +1,13 @@
-"""Public test helpers: build snapshots and drive policies over time without a clock."""
+"""Public test helpers, for servectl's tests and yours; none of them needs pytest.
+
+- here: :func:`make_snapshot` builds a policy's input, :func:`drive` runs a policy over
+  time without a clock;
+- :mod:`servectl.testing.exposition`: Prometheus text shaped like cAdvisor,
+  kube-state-metrics, dcgm-exporter and TF Serving, and a reader for exposition;
+- :mod:`servectl.testing.exporters`: fake exporters on loopback ports, and
+  :class:`~servectl.testing.exporters.Scenario`, pods whose counters grow at set rates
+  for a real Prometheus to scrape.
+"""
 
 from __future__ import annotations
 

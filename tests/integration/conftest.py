@@ -5,8 +5,8 @@
   Prometheus 2.42 applies target changes on a fixed 5 s tick, so the first scrape of a new
   target comes ~5 s (up to ~10 s) after `set_targets`: wait with ``wait_for_targets``.
 - ``exporter_factory``: ``exporter_factory(text="", metrics_path="/metrics")`` -> a started
-  `FixtureExporter`, stopped at teardown.
-- ``scenario``: a started live `Scenario`, closed at teardown.
+  `FixtureExporter` (servectl.testing.exporters), stopped at teardown.
+- ``scenario``: a started live `Scenario` (servectl.testing.exporters), closed at teardown.
 
 Missing binary: the test is skipped, or fails with the install hint when
 ``SERVECTL_REQUIRE_PROMETHEUS=1`` (CI).
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from servectl.metrics.server import PrometheusServer
-from tests.integration.fixtures import FixtureExporter, Scenario, require_binary
+from servectl.testing.exporters import FixtureExporter, Scenario
+from tests.integration.fixtures import require_binary
 
 _HERE = Path(__file__).parent
 

@@ -29,7 +29,7 @@ from servectl.metrics.server import PrometheusServer
 from servectl.metrics.source import PrometheusSource
 from servectl.planning.types import Observed, Plan
 from servectl.rollout.machine import Op
-from tests.integration.fixtures import Pod, Scenario
+from servectl.testing.exporters import Pod, Scenario
 
 CONFIG = MetricsConfig(rateWindow="10s", timeoutSeconds=5, staleAfterSeconds=30)
 FAILURE_SHARE = (

@@ -11,17 +11,10 @@ import pytest
 import yaml
 
 from servectl.metrics.server import PrometheusServer
+from servectl.testing.exporters import TFS_METRICS_PATH, Pod, Scenario, eventually
+from servectl.testing.exposition import LatencyHistogram, tf_serving
 from tests.integration.conftest import ExporterFactory
-from tests.integration.fixtures import (
-    DEPLOY_PROMETHEUS,
-    TFS_METRICS_PATH,
-    LatencyHistogram,
-    Pod,
-    Scenario,
-    eventually,
-    tf_serving,
-    without_kubernetes_sd,
-)
+from tests.integration.fixtures import DEPLOY_PROMETHEUS, without_kubernetes_sd
 
 TARGETS_TIMEOUT_S = 30
 WINDOW_S = 8

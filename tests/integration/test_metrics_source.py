@@ -1,7 +1,7 @@
 """servectl's metrics source against a real Prometheus scraping fixture exporters.
 
 The exporters serve series shaped like cAdvisor, kube-state-metrics, dcgm-exporter and TF
-Serving (tests/integration/fixtures.py) whose counters grow at known rates; the signals
+Serving (servectl.testing.exporters.Scenario) whose counters grow at known rates; the signals
 servectl computes must match those rates within the stated tolerances, and every failure
 (Prometheus down, restarted, slow; a target gone; a histogram with no traffic; a missing
 label) must give a snapshot that names what is missing and a decision that never shrinks.
@@ -29,7 +29,7 @@ from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusServer
 from servectl.metrics.source import PrometheusSource
 from servectl.rollout.analysis import Window, judge
-from tests.integration.fixtures import Pod, Scenario
+from servectl.testing.exporters import Pod, Scenario
 
 # Scrapes every second; a 10 s rate window holds ~10 samples.
 CONFIG = MetricsConfig(rateWindow="10s", timeoutSeconds=5, staleAfterSeconds=30)

@@ -19,8 +19,8 @@ from servectl.metrics.server import (
     PrometheusTimeout,
     ScrapeTarget,
 )
+from servectl.testing.exporters import wait_until
 from tests.integration.conftest import ExporterFactory
-from tests.integration.fixtures import wait_until
 
 TARGETS_TIMEOUT_S = 30  # Prometheus applies target changes on a 5 s tick; CI machines are slow
 

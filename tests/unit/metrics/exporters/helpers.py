@@ -1,4 +1,7 @@
-"""Shared helpers for the exporter tests: replicas, scraping, a fake NVML, real processes."""
+"""Shared helpers for the exporter tests: replicas, collecting, a fake NVML, real processes.
+
+Reading exposition back (parse_samples, samples_named, label_set, scrape) is servectl.testing.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,13 +17,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from servectl.metrics.exporters.replicas import Replica
 from servectl.metrics.exporters.serve import exposition
-
-Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+from servectl.testing.exposition import Samples, parse_samples
 
 
 def replica(pod: str = "resnet-v2-0", pid: int = 1234, **kw: Any) -> Replica:
@@ -45,35 +45,13 @@ def write_replicas(path: Path, replicas: Iterable[Replica]) -> None:
     os.replace(tmp, path)
 
 
-def parse(text: str) -> Series:
-    """Every sample of an exposition, keyed by (sample name, labels)."""
-    out: Series = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return out
-
-
-def collect(*collectors: Collector) -> tuple[str, Series]:
+def collect(*collectors: Collector) -> tuple[str, Samples]:
+    """Register ``collectors`` in a fresh registry: its exposition text and samples."""
     registry = CollectorRegistry()
     for c in collectors:
         registry.register(c)
     text = exposition(registry)
-    return text, parse(text)
-
-
-def scrape(url: str) -> tuple[str, Series]:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return text, parse(text)
-
-
-def only(series: Series, name: str) -> dict[frozenset[tuple[str, str]], float]:
-    return {labels: value for (n, labels), value in series.items() if n == name}
-
-
-def labels(**kw: str) -> frozenset[tuple[str, str]]:
-    return frozenset(kw.items())
+    return text, parse_samples(text)
 
 
 def busy_child() -> subprocess.Popen[bytes]:

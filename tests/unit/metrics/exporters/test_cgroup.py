@@ -18,7 +18,8 @@ from servectl.metrics.exporters.cgroup import (
     proc_cpu_seconds,
 )
 from servectl.metrics.exporters.replicas import StaticReplicas
-from tests.unit.metrics.exporters.helpers import collect, labels, only, replica
+from servectl.testing.exposition import label_set, samples_named
+from tests.unit.metrics.exporters.helpers import collect, replica
 
 MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -168,22 +169,22 @@ def test_collector_exposes_cluster_names_and_drops_gone_replicas(tmp_path: Path)
     assert "# TYPE container_cpu_usage_seconds_total counter" in text
     assert "container_cpu_usage_seconds_total_total" not in text
     assert "container_cpu_usage_seconds_created" not in text
-    cpu = only(series, names.CADVISOR_CPU)
+    cpu = samples_named(series, names.CADVISOR_CPU)
     base = {"namespace": "default", "container": "model-server"}
     assert cpu == {
-        labels(pod="r-v2", **base): 4.0,
-        labels(pod="r-v1", **base): 2.0,
-        labels(pod="r-proc", **base): 1.0,
+        label_set(pod="r-v2", **base): 4.0,
+        label_set(pod="r-v1", **base): 2.0,
+        label_set(pod="r-proc", **base): 1.0,
     }
-    assert only(series, names.KSM_REQUESTS) == {
-        labels(pod="r-v2", resource="cpu", unit="core", **base): 2.0,
-        labels(pod="r-v1", resource="cpu", unit="core", **base): 0.5,
-        labels(pod="r-gone", resource="cpu", unit="core", **base): 1.0,
+    assert samples_named(series, names.KSM_REQUESTS) == {
+        label_set(pod="r-v2", resource="cpu", unit="core", **base): 2.0,
+        label_set(pod="r-v1", resource="cpu", unit="core", **base): 0.5,
+        label_set(pod="r-gone", resource="cpu", unit="core", **base): 1.0,
     }
-    pod_labels = only(series, names.KSM_POD_LABELS)
+    pod_labels = samples_named(series, names.KSM_POD_LABELS)
     assert len(pod_labels) == 5 and set(pod_labels.values()) == {1.0}
     assert (
-        labels(
+        label_set(
             namespace="default",
             pod="r-proc",
             label_servectl_io_service="resnet",
@@ -205,8 +206,8 @@ def test_collector_warns_once_about_an_unreadable_cgroup(tmp_path: Path) -> None
     )
     for _ in range(3):
         _, series = collect(collector)
-        assert only(series, names.CADVISOR_CPU) == {}
-        assert len(only(series, names.KSM_POD_LABELS)) == 1
+        assert samples_named(series, names.CADVISOR_CPU) == {}
+        assert len(samples_named(series, names.KSM_POD_LABELS)) == 1
     assert len(warnings) == 1 and "default/r0: no CPU series" in warnings[0]
 
 

@@ -23,15 +23,9 @@ from servectl.metrics import names
 from servectl.metrics.exporters import serve
 from servectl.metrics.exporters.cgroup import CgroupMount, CpuCollector, read_cgroup_mounts
 from servectl.metrics.exporters.replicas import Replica, ReplicaFile
-from tests.unit.metrics.exporters.helpers import (
-    busy_child,
-    end,
-    labels,
-    only,
-    replica,
-    scrape,
-    write_replicas,
-)
+from servectl.testing.exporters import scrape
+from servectl.testing.exposition import label_set, samples_named
+from tests.unit.metrics.exporters.helpers import busy_child, end, replica, write_replicas
 
 
 @pytest.fixture
@@ -56,8 +50,8 @@ def exporter(path: Path) -> Iterator[str]:
 
 def cpu_of(url: str, r: Replica) -> float | None:
     _, series = scrape(url)
-    key = labels(namespace=r.namespace, pod=r.pod, container=r.container)
-    return only(series, names.CADVISOR_CPU).get(key)
+    key = label_set(namespace=r.namespace, pod=r.pod, container=r.container)
+    return samples_named(series, names.CADVISOR_CPU).get(key)
 
 
 def assert_burns_one_core(url: str, r: Replica) -> None:
@@ -98,9 +92,9 @@ def test_a_vanished_process_drops_its_series(tmp_path: Path) -> None:
             ):
                 time.sleep(0.02)
             _, series = scrape(url)
-            assert only(series, names.CADVISOR_CPU) == {}
+            assert samples_named(series, names.CADVISOR_CPU) == {}
             # The pods are still listed, so their kube-state-metrics series stay.
-            assert len(only(series, names.KSM_POD_LABELS)) == 2
+            assert len(samples_named(series, names.KSM_POD_LABELS)) == 2
     finally:
         end(reaped)
         end(zombie)

@@ -16,17 +16,15 @@ from servectl.cli import main as cli_main
 from servectl.metrics import names
 from servectl.metrics.exporters import gpu
 from servectl.metrics.exporters.gpu import PROCESS_SM_UTIL
+from servectl.testing.exporters import scrape
+from servectl.testing.exposition import label_set, parse_samples, samples_named
 from tests.unit.metrics.exporters.helpers import (
     FakeDevice,
     FakeNVML,
     NVMLError_LibraryNotFound,
     busy_child,
     end,
-    labels,
-    only,
-    parse,
     replica,
-    scrape,
     write_replicas,
 )
 
@@ -57,11 +55,11 @@ def test_cpu_once_prints_one_scrape(tmp_path: Path) -> None:
     write_replicas(path, [me])
     result = servectl("exporter", "cpu", "--replicas", path, "--once")
     assert result.exit_code == 0, result.output
-    series = parse(result.stdout)
-    key = labels(namespace="default", pod="self-0", container="model-server")
-    assert only(series, names.CADVISOR_CPU)[key] > 0  # this test process has used CPU
-    assert only(series, names.KSM_REQUESTS) == {
-        labels(namespace="default", pod="self-0", container="model-server", resource="cpu",
+    series = parse_samples(result.stdout)
+    key = label_set(namespace="default", pod="self-0", container="model-server")
+    assert samples_named(series, names.CADVISOR_CPU)[key] > 0  # this test process has used CPU
+    assert samples_named(series, names.KSM_REQUESTS) == {
+        label_set(namespace="default", pod="self-0", container="model-server", resource="cpu",
                unit="core"): 0.25,
     }  # fmt: skip
     assert series[("servectl_exporter_replicas", frozenset())] == 1
@@ -71,7 +69,7 @@ def test_cpu_once_without_the_file_exports_no_replicas(tmp_path: Path) -> None:
     result = servectl("exporter", "cpu", "--replicas", tmp_path / "absent.json", "--once")
     assert result.exit_code == 0
     assert "does not exist (yet)" in result.stderr
-    assert only(parse(result.stdout), names.KSM_POD_LABELS) == {}
+    assert samples_named(parse_samples(result.stdout), names.KSM_POD_LABELS) == {}
 
 
 def test_cpu_once_with_a_malformed_file_names_the_field(tmp_path: Path) -> None:
@@ -90,7 +88,7 @@ def test_gpu_once_with_a_fake_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write_replicas(path, [replica("a-0", 100)])
     result = servectl("exporter", "gpu", "--replicas", path, "--once")
     assert result.exit_code == 0, result.output
-    util = only(parse(result.stdout), names.DCGM_GPU_UTIL)
+    util = samples_named(parse_samples(result.stdout), names.DCGM_GPU_UTIL)
     assert [(dict(k)["pod"], v) for k, v in util.items()] == [("a-0", 42.0)]
     assert nvml.initialised == 0  # shut down after the scrape
 
@@ -142,12 +140,12 @@ def test_cpu_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None
             assert line.startswith("serving replica CPU at http://127.0.0.1:"), line
             url = line.split(" at ")[1].split()[0]
             series = scrape(url)[1]
-            assert labels(namespace="default", pod="busy-0", container="model-server") in only(
-                series, names.CADVISOR_CPU
-            )
+            assert label_set(
+                namespace="default", pod="busy-0", container="model-server"
+            ) in samples_named(series, names.CADVISOR_CPU)
             # The file is re-read: a replica that goes away leaves the next scrape.
             write_replicas(path, [])
-            assert only(scrape(url)[1], names.KSM_POD_LABELS) == {}
+            assert samples_named(scrape(url)[1], names.KSM_POD_LABELS) == {}
             exporter.send_signal(sig)
             assert exporter.wait(5) == 0
             assert exporter.stderr is not None and "stopped" in exporter.stderr.read()

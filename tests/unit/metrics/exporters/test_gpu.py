@@ -9,6 +9,7 @@ import pytest
 from servectl.metrics import names
 from servectl.metrics.exporters.gpu import PROCESS_SM_UTIL, GpuCollector, NoGPU, PidOwners
 from servectl.metrics.exporters.replicas import StaticReplicas
+from servectl.testing.exposition import label_set, samples_named
 from tests.unit.metrics.exporters.helpers import (
     FakeDevice,
     FakeNVML,
@@ -18,8 +19,6 @@ from tests.unit.metrics.exporters.helpers import (
     NVMLError_LibraryNotFound,
     NVMLError_NotSupported,
     collect,
-    labels,
-    only,
     replica,
 )
 
@@ -58,16 +57,16 @@ def test_two_devices_one_used_by_a_replica_one_idle() -> None:
     assert collector.device_count == 2 and nvml.initialised == 1
     text, series = collect(collector)
     assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
-    assert only(series, names.DCGM_GPU_UTIL) == {
-        labels(**dev(0), **pod("a-0")): 73.0,
-        labels(**dev(1)): 0.0,  # no replica on it: no pod labels at all
+    assert samples_named(series, names.DCGM_GPU_UTIL) == {
+        label_set(**dev(0), **pod("a-0")): 73.0,
+        label_set(**dev(1)): 0.0,  # no replica on it: no pod labels at all
     }
-    assert only(series, names.DCGM_FB_USED) == {
-        labels(**dev(0), **pod("a-0")): 3072.0,
-        labels(**dev(1)): 0.5,
+    assert samples_named(series, names.DCGM_FB_USED) == {
+        label_set(**dev(0), **pod("a-0")): 3072.0,
+        label_set(**dev(1)): 0.5,
     }
-    assert only(series, PROCESS_SM_UTIL) == {
-        labels(gpu="0", UUID="GPU-0", **pod("a-0")): 0.0,  # no busy sample: 0
+    assert samples_named(series, PROCESS_SM_UTIL) == {
+        label_set(gpu="0", UUID="GPU-0", **pod("a-0")): 0.0,  # no busy sample: 0
     }
     collector.close()
     assert nvml.initialised == 0
@@ -86,22 +85,22 @@ def test_a_shared_device_has_one_series_per_replica_with_the_device_value() -> N
     replicas = StaticReplicas((replica("a-0", 100), replica("b-0", 200, revision="resnet-v3")))
     collector, nvml, _ = make(devices, replicas)
     _, series = collect(collector)
-    assert only(series, names.DCGM_GPU_UTIL) == {
-        labels(**dev(0), **pod("a-0")): 90.0,
-        labels(**dev(0), **pod("b-0")): 90.0,
+    assert samples_named(series, names.DCGM_GPU_UTIL) == {
+        label_set(**dev(0), **pod("a-0")): 90.0,
+        label_set(**dev(0), **pod("b-0")): 90.0,
     }
-    assert set(only(series, names.DCGM_FB_USED).values()) == {10.0}
-    assert only(series, PROCESS_SM_UTIL) == {
-        labels(gpu="0", UUID="GPU-0", **pod("a-0")): 35.0,  # the latest sample of pid 100
-        labels(gpu="0", UUID="GPU-0", **pod("b-0")): 45.0,
+    assert set(samples_named(series, names.DCGM_FB_USED).values()) == {10.0}
+    assert samples_named(series, PROCESS_SM_UTIL) == {
+        label_set(gpu="0", UUID="GPU-0", **pod("a-0")): 35.0,  # the latest sample of pid 100
+        label_set(gpu="0", UUID="GPU-0", **pod("b-0")): 45.0,
     }
     # The next scrape asks only for samples newer than those seen.
     devices[0].samples = [(100, 9, 10)]
     _, series = collect(collector)
     assert nvml.util_calls == [("GPU-0", 0), ("GPU-0", 7)]
-    assert only(series, PROCESS_SM_UTIL) == {
-        labels(gpu="0", UUID="GPU-0", **pod("a-0")): 10.0,
-        labels(gpu="0", UUID="GPU-0", **pod("b-0")): 0.0,  # idle since: no sample
+    assert samples_named(series, PROCESS_SM_UTIL) == {
+        label_set(gpu="0", UUID="GPU-0", **pod("a-0")): 10.0,
+        label_set(gpu="0", UUID="GPU-0", **pod("b-0")): 0.0,  # idle since: no sample
     }
 
 
@@ -135,10 +134,10 @@ def test_processes_are_attributed_by_pid_cgroup_and_ancestry(tmp_path: Path) -> 
     ]
     collector, _, _ = make(devices, replicas, proc)
     _, series = collect(collector)
-    assert only(series, names.DCGM_GPU_UTIL) == {
-        labels(**dev(0), **pod("a-0")): 10.0,
-        labels(**dev(1), **pod("b-0")): 20.0,
-        labels(**dev(2)): 30.0,
+    assert samples_named(series, names.DCGM_GPU_UTIL) == {
+        label_set(**dev(0), **pod("a-0")): 10.0,
+        label_set(**dev(1), **pod("b-0")): 20.0,
+        label_set(**dev(2)): 30.0,
     }
 
 
@@ -146,8 +145,8 @@ def test_unsupported_per_process_utilization_is_omitted() -> None:
     devices = [FakeDevice("GPU-0", util=50, compute=[100], samples=NVMLError_NotSupported())]
     collector, _, warnings = make(devices, StaticReplicas((replica("a-0", 100),)))
     _, series = collect(collector)
-    assert only(series, PROCESS_SM_UTIL) == {}
-    assert only(series, names.DCGM_GPU_UTIL) == {labels(**dev(0), **pod("a-0")): 50.0}
+    assert samples_named(series, PROCESS_SM_UTIL) == {}
+    assert samples_named(series, names.DCGM_GPU_UTIL) == {label_set(**dev(0), **pod("a-0")): 50.0}
     assert warnings == []
 
 
@@ -158,14 +157,16 @@ def test_per_process_utilization_sums_a_replicas_processes_and_caps_at_100(
     devices = [FakeDevice("GPU-0", compute=[101, 102], samples=[(101, 1, 70), (102, 1, 60)])]
     collector, _, _ = make(devices, StaticReplicas((replica("a-0", 100),)), proc)
     _, series = collect(collector)
-    assert only(series, PROCESS_SM_UTIL) == {labels(gpu="0", UUID="GPU-0", **pod("a-0")): 100.0}
+    assert samples_named(series, PROCESS_SM_UTIL) == {
+        label_set(gpu="0", UUID="GPU-0", **pod("a-0")): 100.0
+    }
 
 
 def test_without_replicas_devices_have_no_pod_labels() -> None:
     collector, _, _ = make([FakeDevice("GPU-0", util=5, compute=[100])])
     _, series = collect(collector)
-    assert only(series, names.DCGM_GPU_UTIL) == {labels(**dev(0)): 5.0}
-    assert only(series, PROCESS_SM_UTIL) == {}
+    assert samples_named(series, names.DCGM_GPU_UTIL) == {label_set(**dev(0)): 5.0}
+    assert samples_named(series, PROCESS_SM_UTIL) == {}
 
 
 def test_an_unreadable_device_is_skipped_with_one_warning() -> None:
@@ -176,7 +177,7 @@ def test_an_unreadable_device_is_skipped_with_one_warning() -> None:
     collector, _, warnings = make(devices)
     for _ in range(2):
         _, series = collect(collector)
-        assert only(series, names.DCGM_GPU_UTIL) == {labels(**dev(1)): 6.0}
+        assert samples_named(series, names.DCGM_GPU_UTIL) == {label_set(**dev(1)): 6.0}
     assert len(warnings) == 1 and "GPU 0" in warnings[0] and "GpuIsLost" in warnings[0]
 
 
@@ -226,7 +227,7 @@ def test_real_nvml_exports_every_device_where_there_is_a_gpu() -> None:
             for i in range(collector.device_count)
         }
         _, series = collect(collector)
-        util = only(series, names.DCGM_GPU_UTIL)
+        util = samples_named(series, names.DCGM_GPU_UTIL)
         assert {dict(key)["UUID"] for key in util} == {
             u.decode() if isinstance(u, bytes) else u for u in uuids
         }

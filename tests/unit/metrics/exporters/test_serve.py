@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from servectl.metrics.exporters import serve
-from tests.unit.metrics.exporters.helpers import scrape
+from servectl.testing.exporters import scrape
 
 
 class Counting(Collector):

@@ -1,23 +1,24 @@
-"""The fixture exporters and builders themselves: formats, counters, exporter lifecycle."""
+"""servectl.testing's fake exporters and exposition builders: formats, counters, exporter
+lifecycle, reading exposition back. No Prometheus needed (tests/integration lints the
+builders' text with promtool and scrapes them with a real Prometheus)."""
 
 from __future__ import annotations
 
-import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
 
 from servectl.metrics import names
-from tests.integration.conftest import ExporterFactory
-from tests.integration.fixtures import (
+from servectl.testing.exporters import FixtureExporter, Pod, Scenario, scrape, wait_until
+from servectl.testing.exposition import (
     TFS_BUCKETS,
     LatencyHistogram,
-    Pod,
-    Scenario,
     go_float,
+    label_set,
     latency_bucket,
-    require_binary,
+    parse_samples,
+    samples_named,
     tf_serving,
     tfs_le,
 )
@@ -125,44 +126,58 @@ def _get(url: str) -> tuple[int, str]:
         return error.code, ""
 
 
-def test_exporter_serves_counts_fails_and_comes_back_on_its_port(
-    exporter_factory: ExporterFactory,
-) -> None:
-    exporter = exporter_factory("a 1\n", metrics_path="/m")
-    assert _get(exporter.url) == (200, "a 1\n")
-    exporter.set_text("a 2\n")
-    assert _get(exporter.url) == (200, "a 2\n")
-    assert _get(f"http://{exporter.address}/other")[0] == 404
-    exporter.set_status(500)
-    assert _get(exporter.url)[0] == 500
-    exporter.set_status(200)
-    assert exporter.scrape_count == 3  # the 404 is not a scrape
+def test_exporter_serves_counts_fails_and_comes_back_on_its_port() -> None:
+    with FixtureExporter("a 1\n", metrics_path="/m") as exporter:
+        assert _get(exporter.url) == (200, "a 1\n")
+        exporter.set_text("a 2\n")
+        assert _get(exporter.url) == (200, "a 2\n")
+        assert _get(f"http://{exporter.address}/other")[0] == 404
+        exporter.set_status(500)
+        assert _get(exporter.url)[0] == 500
+        exporter.set_status(200)
+        assert exporter.scrape_count == 3  # the 404 is not a scrape
 
-    port = exporter.port
-    exporter.stop()
-    with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(exporter.url, timeout=2)
-    exporter.start()
-    assert exporter.port == port and _get(exporter.url) == (200, "a 2\n")
+        port = exporter.port
+        exporter.stop()
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(exporter.url, timeout=2)
+        exporter.start()
+        assert exporter.port == port and _get(exporter.url) == (200, "a 2\n")
+    assert not exporter.running
 
 
-def test_builders_parse_and_lint_like_the_real_exporters() -> None:
-    promtool = require_binary("promtool")
-    scenario = Scenario(live=False, spare_gpus=1)
-    scenario.add_pod(Pod("p", cpu_cores=0.5, rps=10, error_share=0.1, gpu_util_percent=40))
-    scenario.advance(5)
+def test_scenario_exporters_serve_what_the_builders_print() -> None:
+    with Scenario() as scenario:
+        scenario.add_pod(Pod("p", service="s", revision="v1", rps=10))
+        targets = {t.job: t for t in scenario.targets()}
+        assert set(targets) == {"kubelet", "kube-state-metrics", "dcgm-exporter", "tf-serving"}
+        assert targets["tf-serving"].labels == {
+            "namespace": "default",
+            "pod": "p",
+            "service": "s",
+            "revision": "v1",
+        }
+        exporter = scenario.tf_serving_exporter("p")
+        _, samples = scrape(exporter.url)
+        ok = samples_named(samples, f"{names.TFS_REQUEST_COUNT}_total")
+        assert set(ok) == {label_set(model_name="model", status="OK")}
+        assert exporter.scrape_count == 1
 
-    def lint(text: str) -> tuple[int, str]:
-        result = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
-        )
-        return result.returncode, result.stdout + result.stderr
 
-    assert lint(scenario.render_cadvisor()) == (0, "")
-    assert lint(scenario.render_kube_state_metrics()) == (0, "")
-    # Exit 3: lint findings only, no parse error; the findings are the real exporters' own.
-    code, out = lint(scenario.render_dcgm())
-    assert code == 3 and "camelCase" in out
-    code, out = lint(scenario.render_tf_serving("p"))
-    assert code == 3 and 'should have "_total" suffix' in out and "no help text" in out
-    assert lint("broken{ 1\n")[0] == 1
+def test_parse_samples_keys_by_name_and_labels() -> None:
+    text = tf_serving("m", {"OK": 3, "INTERNAL": 1}, LatencyHistogram.of([50.0]))
+    samples = parse_samples(text)
+    # prometheus_client's parser names counter samples with _total.
+    counts = samples_named(samples, f"{names.TFS_REQUEST_COUNT}_total")
+    assert counts == {
+        label_set(model_name="m", status="OK"): 3.0,
+        label_set(model_name="m", status="INTERNAL"): 1.0,
+    }
+    head = {"model_name": "m", "API": "predict", "entrypoint": "REST"}
+    bucket = f"{names.TFS_REQUEST_LATENCY}_bucket"
+    assert samples[(bucket, label_set(**head, le="+Inf"))] == 1.0
+
+
+def test_wait_until_fails_like_an_assert() -> None:
+    with pytest.raises(AssertionError, match=r"timed out after 0\.1 s waiting for never"):
+        wait_until(lambda: False, timeout_s=0.1, what="never")
