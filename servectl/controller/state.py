@@ -47,6 +47,8 @@ def to_dict(state: LoopState) -> dict[str, Any]:
             "heldShare": _floats(p.held_share),
             "cost": _floats(p.cost),
             "headerShare": p.header_share,
+            "mix": p.mix,
+            "mixDemand": p.mix_demand,
         },
         "policy": state.policy,
     }
@@ -96,6 +98,16 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         or not 0.0 <= float(header_share) <= 1.0
     ):
         raise StateError(f"planner.headerShare: expected null or 0..1, got {header_share!r}")
+    mix = p.get("mix")
+    if mix is not None and (
+        isinstance(mix, bool) or not isinstance(mix, int | float) or not 0.0 < float(mix) < 1e6
+    ):
+        raise StateError(f"planner.mix: expected null or a positive number, got {mix!r}")
+    mix_demand = p.get("mixDemand")
+    if mix_demand is not None and (
+        isinstance(mix_demand, bool) or not isinstance(mix_demand, int) or mix_demand < 0
+    ):
+        raise StateError(f"planner.mixDemand: expected null or an int >= 0, got {mix_demand!r}")
     planner_state = PlannerState(
         replicas=_map(p, "replicas", int),
         shares=_map(p, "shares", float),
@@ -104,6 +116,8 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         held_share=_map(p, "heldShare", float),
         cost=_map(p, "cost", float),
         header_share=None if header_share is None else float(header_share),
+        mix=None if mix is None else float(mix),
+        mix_demand=mix_demand,
     )
     policy = doc.get("policy")
     if not isinstance(policy, dict):

@@ -20,7 +20,12 @@ One call per cycle, pure. The rules, and where each is enforced:
 3. Per-revision sizing (:func:`need`): the autoscaler decides the total ``demand`` in
    replicas of the current traffic mix; a revision at share ``e`` with relative cost
    ``r`` (its CPU seconds per request over the stable revision's) gets
-   ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the applied shares.
+   ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the traffic the
+   demand was measured on (:func:`traffic_mix`: each revision's windowed request rate,
+   the same windows as the autoscaler's signals; the applied shares when too few
+   requests to measure). Right after a shift the weights have moved but the demand still
+   reads the old mix: dividing by the new weights' mix would read the same demand as
+   more (or less) work than it is.
    A CPU-heavy canary thus adds canary replicas, never stable ones. A revision with too
    few requests to measure borrows the stable revision's cost (r = 1).
 4. No capacity dip on abort: an abort is a shift back to stable like any other, so
@@ -73,6 +78,10 @@ class PlannerState:
     held_share: Mapping[str, float] = field(default_factory=dict)  # share before lowering
     cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
     header_share: float | None = None
+    # The traffic mix the current demand was set on, and that demand: a demand is in
+    # replicas of the mix it was decided on, and it keeps that meaning until it changes.
+    mix: float | None = None
+    mix_demand: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,43 @@ def need(demand: int, share: float, cost: float, mix: float) -> int:
         return 0
     mix = mix if mix > 0 else 1.0
     return max(1, math.ceil(demand * share * cost / mix - 1e-6))
+
+
+def traffic_mix(
+    observed: Observed, costs: Mapping[str, float], applied: Mapping[str, float]
+) -> float:
+    """Relative cost of the requests the demand was measured on: each revision's share of
+    the measured request rate times its cost; ``applied`` shares when a revision that
+    has traffic has no rate, or the service has fewer than ``COST_MIN_RPS``."""
+    rates: dict[str, float] = {}
+    for rev in observed.revisions:
+        rps = rev.snapshot.signals.rps if rev.snapshot is not None else None
+        if rps is None:
+            if applied.get(rev.name, 0.0) > 0.0:
+                break
+            continue
+        rates[rev.name] = rps
+    else:
+        total = sum(rates.values())
+        if total >= COST_MIN_RPS:
+            return sum(rate / total * costs.get(name, 1.0) for name, rate in rates.items())
+    return sum(share * costs.get(name, 1.0) for name, share in applied.items())
+
+
+def demand_mix(
+    observed: Observed,
+    costs: Mapping[str, float],
+    applied: Mapping[str, float],
+    demand: int,
+    state: PlannerState,
+) -> float:
+    """The mix ``demand`` is in: the one measured when the demand last changed. A demand
+    the autoscaler holds (stabilization) still counts replicas of the traffic it was
+    decided on, even after weights moved onto a cheaper or dearer revision; a new demand
+    is read in the mix measured now (:func:`traffic_mix`)."""
+    if state.mix is not None and state.mix_demand == demand:
+        return state.mix
+    return traffic_mix(observed, costs, applied)
 
 
 def _measure_costs(
@@ -170,7 +216,7 @@ def plan(
     ready = {r.name: r.ready for r in observed.revisions}
     available = {r.name: r.available for r in observed.revisions}
     current_shares = _effective(current_weights, current_header, hs)
-    mix = sum(share * costs.get(name, 1.0) for name, share in current_shares.items())
+    mix = demand_mix(observed, costs, current_shares, demand, state)
 
     def needs(name: str, share: float) -> int:
         return need(demand, share, costs.get(name, 1.0), mix)
@@ -285,6 +331,8 @@ def plan(
         held_share=held_share,
         cost={n: c for n, c in costs.items() if n in kept},
         header_share=hs,
+        mix=mix,
+        mix_demand=demand,
     )
     events = tuple(
         f"{name}: weight {current_weights.get(name, 0)} -> {new_weights.get(name, 0)}"
@@ -471,6 +519,7 @@ def _replicas(
     base: dict[str, int] = {}
     prescale: dict[str, int] = {}
     held: dict[str, int] = {}
+    slack: dict[str, int] = {}  # replicas kept above the need by the shrink tolerance
     last: dict[str, int] = {}  # the replicas it has now: last planned, else as observed
     canary = (
         None
@@ -478,13 +527,23 @@ def _replicas(
         else next((n for n, v in versions.items() if v == intent.canary), None)
     )
     for name in names:
-        share = new_shares.get(name, 0.0)
-        goal = target_shares.get(name, 0.0)
         previous = state.replicas.get(name)
         if previous is None:
             rev = observed.revision(name)
             previous = rev.desired if rev is not None else 0
         last[name] = previous
+
+    def idle(name: str) -> bool:
+        return (
+            last[name] == 0
+            and new_shares.get(name, 0.0) <= 0.0
+            and target_shares.get(name, 0.0) <= 0.0
+        )
+
+    for name in names:
+        share = new_shares.get(name, 0.0)
+        goal = target_shares.get(name, 0.0)
+        previous = last[name]
         b = needs(name, share)
         want = needs(name, max(share, goal))
         if name == canary and intent.canary_scale is not None and not intent.abort:
@@ -499,7 +558,7 @@ def _replicas(
         # Alone with all the traffic and no rollout, the need is the autoscaler's demand
         # itself (no measured cost or mix in it): the policy's own stabilization decides,
         # and the planner passes its count through unchanged.
-        alone = len(names) == 1 and canary is None
+        alone = canary is None and all(idle(n) for n in names if n != name)
         if (
             not alone
             and previous > want
@@ -508,6 +567,7 @@ def _replicas(
             and needs(name, max(share, goal) * (1.0 + SHRINK_TOLERANCE)) >= previous
         ):
             if want == b:
+                slack[name] = previous - b
                 b = previous
             want = previous
         base[name] = b
@@ -526,7 +586,9 @@ def _replicas(
         # giver's drain fills it, just as held ones are not; they count first, and so do
         # the ones rule 8 keeps while metrics are stale. In an abort this keeps the
         # stable's capacity on order (rule 4).
-        holdover = sum(held.values())
+        # Slack kept by the tolerance is extra too: a drain hold's replica kept next cycle
+        # as slack must not free the budget it filled (the plan is a fixed point).
+        holdover = sum(held.values()) + sum(slack.values())
         kept: dict[str, int] = {}
         for name in prescale:
             there = max(0, last[name] - base[name] - held.get(name, 0))
