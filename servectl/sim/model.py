@@ -16,11 +16,16 @@ of the second and requests at offsets ``x_n`` bringing work ``w_n = S_n / c``::
 All replicas are done in one pass: requests are sorted by replica and every replica's
 values are shifted down by ``replica_index * big`` so one ``np.minimum.accumulate`` over
 the concatenation never lets a replica see an earlier replica's minimum.
+
+Routing decides each request's replica before that pass. Round robin and random routing
+are vectorized; least-request routing (``Routing.LEAST_REQUEST``) depends on every earlier
+request's departure, so it walks the requests in arrival order (``Fleet._least_request``).
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 import statistics
 from dataclasses import dataclass
@@ -62,6 +67,9 @@ class ServiceDistribution(enum.StrEnum):
 class Routing(enum.StrEnum):
     ROUND_ROBIN = "round_robin"  # the rotation continues across seconds
     RANDOM = "random"  # uniform per request (kube-proxy iptables style)
+    # Fewest outstanding requests at the arrival instant, round robin among ties (HAProxy
+    # leastconn); see ``Fleet``.
+    LEAST_REQUEST = "least_request"
 
 
 @dataclass(frozen=True)
@@ -227,6 +235,25 @@ class Fleet:
     is dispatched into a ring of ``horizon_s`` future seconds, so the time-average of
     requests in a replica is exact; departures later than the horizon are booked at its
     end (only under overload, when every such request has long timed out anyway).
+
+    Routing picks one of the *receiving* replicas (ready, not draining) per request:
+
+    * ``ROUND_ROBIN``: request ``i`` overall goes to receiving replica ``(k + i) mod n``;
+      the rotation ``k`` carries over across seconds.
+    * ``RANDOM``: ``floor(u * n)`` with the request's routing draw ``u``.
+    * ``LEAST_REQUEST``: the receiving replica with the fewest *outstanding* requests at
+      the request's arrival instant. A request is outstanding in its replica from its
+      arrival until its departure (arrival + wait + service, the same instant the
+      in-flight ring books), whichever second it was dispatched in; one departing at the
+      very instant another arrives has left. Requests arriving at the same instant are
+      taken in order, each seeing the ones before it. Ties go round robin, as HAProxy's
+      leastconn does: the first tied replica at or after the one following the last
+      chosen, in column order, wrapping around (the same rotation state as
+      ``ROUND_ROBIN``). So when every replica is idle at every arrival, least request is
+      exactly round robin. This is full least (every receiving replica is compared), not
+      Envoy's default power-of-two-choices sampling. It is exact, which takes a Python loop
+      over the requests (about 0.7 µs each, ~8x round robin's ``step``; docs/simulator.md,
+      "Routing within a revision").
     """
 
     def __init__(
@@ -256,6 +283,11 @@ class Fleet:
         self._receiving: IntArray = np.empty(0, dtype=np.int64)
         self._next_ready_at = math.inf
         self._any_draining = False
+        # Least request only: departure instants (absolute seconds) and columns of the
+        # requests that may still be outstanding (pruned to departures after the end of
+        # the last second served).
+        self._lr_departure: FloatArray = np.empty(0)
+        self._lr_column: IntArray = np.empty(0, dtype=np.int64)
         # Service-level counters: they keep counting after a replica is gone.
         self.cpu_seconds_total = 0.0
         self.inflight_seconds_total = 0.0
@@ -313,6 +345,11 @@ class Fleet:
         self.served_total = self.served_total[keep]
         self._dep_count = self._dep_count[:, keep]
         self._dep_weight = self._dep_weight[:, keep]
+        if self._lr_column.size:
+            kept = keep[self._lr_column]
+            new_column = np.cumsum(keep) - 1
+            self._lr_departure = self._lr_departure[kept]
+            self._lr_column = new_column[self._lr_column[kept]]
 
     def _drained(self) -> BoolArray:
         drained: BoolArray = self.draining & (self.backlog <= 0.0) & (self.in_system == 0)
@@ -377,6 +414,103 @@ class Fleet:
 
     # ------------------------------------------------------------------ one second
 
+    def _least_request(
+        self, t: int, offsets: FloatArray, service_s: FloatArray, receivers: IntArray
+    ) -> IntArray:
+        """Each request's column under ``LEAST_REQUEST`` (the rule: class docstring).
+
+        Walks the requests in arrival order (times relative to ``t``) with, per receiving
+        replica, its outstanding count and the instant its queue empties (``free``, from
+        ``backlog``: the speed-``c`` FIFO server of the vectorized Lindley in ``step``), and
+        a heap of the departures still to come. Requests dispatched in earlier seconds
+        come from ``_lr_departure``: all counted at the start, those leaving within this
+        second also in the heap. Departures after this second are kept for the next.
+        """
+        n = int(receivers.size)
+        slot_of = np.full(self.size, -1, dtype=np.int64)
+        slot_of[receivers] = np.arange(n)
+        carried_slot = slot_of[self._lr_column]
+        live = (carried_slot >= 0) & (self._lr_departure > t)  # draining ones never count
+        carried_left = self._lr_departure[live] - t
+        carried_slot = carried_slot[live]
+        within = carried_left < 1.0
+        by_time = np.argsort(carried_left[within], kind="stable")
+        # (departure, slot) sorted by departure is already a valid heap; the sentinel at
+        # infinity keeps it from ever being empty.
+        heap = list(
+            zip(
+                carried_left[within][by_time].tolist(),
+                carried_slot[within][by_time].tolist(),
+                strict=True,
+            )
+        )
+        heap.append((math.inf, -1))
+        # ``outstanding`` is doubled, so that ``index(fewest, pointer)`` finds the first
+        # replica with the fewest at or after the pointer, wrapping around; both copies are
+        # kept equal. ``level[k]`` counts the replicas with ``k`` outstanding (long enough
+        # for every arrival of the second), so the minimum moves without a scan.
+        counts = np.bincount(carried_slot, minlength=n)
+        outstanding = counts.tolist() * 2
+        level = np.bincount(counts, minlength=int(counts.max()) + offsets.size + 2).tolist()
+        fewest = int(counts.min())
+        free = self.backlog[receivers].tolist()
+        scale = 1.0 / self._threads
+        pointer = self._rotation
+        chosen: list[int] = []
+        choose = chosen.append
+        find = outstanding.index
+        pop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
+        next_departure = heap[0][0]
+        # The previous request's departure is pushed at the next arrival, with a pushpop
+        # when something leaves before it (the first "previous" is a second sentinel).
+        pending_departure, pending_slot = math.inf, -1
+        for arrival, service in zip(offsets.tolist(), service_s.tolist(), strict=True):
+            if arrival < next_departure and arrival < pending_departure:
+                push(heap, (pending_departure, pending_slot))
+                if pending_departure < next_departure:
+                    next_departure = pending_departure
+            else:  # departures at or before this arrival leave first
+                gone = pushpop(heap, (pending_departure, pending_slot))[1]
+                while True:
+                    was = outstanding[gone]
+                    outstanding[gone] = outstanding[gone + n] = was - 1
+                    level[was] -= 1
+                    level[was - 1] += 1
+                    if was <= fewest:
+                        fewest = was - 1
+                    next_departure = heap[0][0]
+                    if arrival < next_departure:
+                        break
+                    gone = pop(heap)[1]
+            slot = find(fewest, pointer)
+            if slot >= n:
+                slot -= n
+            pointer = slot + 1
+            outstanding[slot] = outstanding[slot + n] = fewest + 1
+            level[fewest] -= 1
+            level[fewest + 1] += 1
+            if not level[fewest]:
+                fewest += 1
+            start = free[slot]
+            if arrival > start:
+                start = arrival
+            free[slot] = start + service * scale
+            pending_departure = start + service
+            pending_slot = slot
+            choose(slot)
+        heap.append((pending_departure, pending_slot))
+        self._rotation = pointer % n
+        # Keep what can still be outstanding next second: departures after t + 1.
+        later = [entry for entry in heap if 1.0 < entry[0] < math.inf]
+        old = self._lr_departure > t + 1
+        self._lr_departure = np.concatenate(
+            (self._lr_departure[old], t + np.array([left for left, _ in later]))
+        )
+        self._lr_column = np.concatenate(
+            (self._lr_column[old], receivers[np.array([at for _, at in later], dtype=np.int64)])
+        )
+        return receivers[np.array(chosen, dtype=np.int64)]
+
     def step(
         self,
         t: int,
@@ -396,12 +530,15 @@ class Fleet:
             n_recv = int(receivers.size)
             if n_recv == 0:
                 raise RuntimeError("no ready replica to route requests to")
-            if self._routing is Routing.RANDOM and route_u is not None:
-                slot = np.minimum((route_u * n_recv).astype(np.int64), n_recv - 1)
+            if self._routing is Routing.LEAST_REQUEST:
+                column = self._least_request(t, offsets, service_s, receivers)
             else:
-                slot = (self._rotation + np.arange(count)) % n_recv
-                self._rotation = (self._rotation + count) % n_recv
-            column = receivers[slot]
+                if self._routing is Routing.RANDOM and route_u is not None:
+                    slot = np.minimum((route_u * n_recv).astype(np.int64), n_recv - 1)
+                else:
+                    slot = (self._rotation + np.arange(count)) % n_recv
+                    self._rotation = (self._rotation + count) % n_recv
+                column = receivers[slot]
             # Radix sort on small ints is the fastest stable sort numpy has.
             key = column.astype(np.int16) if size < 32_000 else column
             order = np.argsort(key, kind="stable")
