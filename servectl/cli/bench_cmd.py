@@ -23,6 +23,17 @@ def bench(
         str, typer.Option("--policies", help="Comma-separated policies.")
     ] = "servectl,hpa,kpa,oracle",
     seed: Annotated[int, typer.Option(min=0, help="Seed for the suite and the arrivals.")] = 0,
+    routing: Annotated[
+        Routing,
+        typer.Option(
+            help=(
+                "How a revision's replicas share its requests: round-robin (a Kubernetes "
+                "Service), least-request (HAProxy leastconn: the local runtime; Envoy "
+                "Gateway's default LeastRequest) or both (each run twice; least-request "
+                "costs ~4x the time)."
+            ),
+        ),
+    ] = Routing.ROUND_ROBIN,
     output: console.OutputOption = Output.TABLE,
     as_json: console.JsonAlias = False,
     micro: Annotated[
@@ -66,6 +77,15 @@ def bench(
     With --rollouts: each controller runs each trace twice (with and without a rollout
     starting two minutes before the load change) and reports SLO attainment, requests
     lost to unready or drained capacity, extra replicas and the rollout's duration.
+
+    Routing within a revision is a modelled choice (--routing): servectl's local runtime
+    (HAProxy) and Gateway API implementations route each request to the replica with the
+    fewest in flight; a plain Kubernetes Service spreads them evenly.
+
+    Examples:
+      servectl bench --traces step,spike --policies servectl,kpa
+      servectl bench --routing both -o json > bench.jsonl
+      servectl bench --rollouts --routing least-request
     """
     from servectl.backends.sim import bench as sim_bench
     from servectl.cli import format as fmt
@@ -79,7 +99,9 @@ def bench(
         _metrics_bench(services, repeat, output)
         return
     if rollouts:
-        _rollout_bench(traces_opt, policies_opt, seed, output)
+        for choice in routing.choices():
+            _rollout_bench(traces_opt, policies_opt, seed, output, choice)
+        _routing_note(routing, output)
         return
     svc = suite.service()
     suite_traces = traces.standard_suite(seed)
@@ -101,27 +123,69 @@ def bench(
         if not output.machine:
             err.print(f"[{index}/{total}] {trace} × {policy}", highlight=False, markup=False)
 
-    records = sim_bench.run_bench(suite_traces, factories, svc, seed=seed, progress=progress)
-    header, rows = fmt.bench_rows(records)
-    wide_header, wide_rows = fmt.bench_wide_rows(records)
-    console.emit(
-        output,
-        title="per trace",
-        header=header,
-        rows=rows,
-        records=[record.to_record() for record in records],
-        wide_header=wide_header,
-        wide_rows=wide_rows,
-    )
-    if output.machine:
-        return
-    summary_header, summary_rows = fmt.bench_summary_rows(records)
-    console.print_table(
-        "suite totals and ratios (servectl vs others)", summary_header, summary_rows
-    )
+    for choice in routing.choices():
+        records = sim_bench.run_bench(
+            suite_traces, factories, svc, seed=seed, progress=progress, routing=choice
+        )
+        header, rows = fmt.bench_rows(records)
+        wide_header, wide_rows = fmt.bench_wide_rows(records)
+        console.emit(
+            output,
+            title=f"per trace ({ROUTING_WORDS[choice]} within a revision)",
+            header=header,
+            rows=rows,
+            records=[record.to_record() for record in records],
+            wide_header=wide_header,
+            wide_rows=wide_rows,
+        )
+        if not output.machine:
+            summary_header, summary_rows = fmt.bench_summary_rows(records)
+            console.print_table(
+                f"suite totals and ratios (servectl vs others, {ROUTING_WORDS[choice]})",
+                summary_header,
+                summary_rows,
+            )
+    _routing_note(routing, output)
 
 
-def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, output: Output) -> None:
+class Routing(enum.StrEnum):
+    """--routing: how a revision's replicas share its requests in the simulation."""
+
+    ROUND_ROBIN = "round-robin"
+    LEAST_REQUEST = "least-request"
+    BOTH = "both"
+
+    def choices(self) -> list[Any]:
+        from servectl.sim import model
+
+        if self is Routing.BOTH:
+            return [model.Routing.ROUND_ROBIN, model.Routing.LEAST_REQUEST]
+        if self is Routing.LEAST_REQUEST:
+            return [model.Routing.LEAST_REQUEST]
+        return [model.Routing.ROUND_ROBIN]
+
+
+ROUTING_WORDS = {"round_robin": "round robin", "least_request": "least request"}
+
+BACKEND_ROUTING = (
+    "what each backend really does within a revision: the local runtime's HAProxy "
+    "(balance leastconn) and the Kubernetes backend's Gateway API routes (Envoy Gateway "
+    "and Istio default to least-request) send each request to the replica with the fewest "
+    "in flight; a plain Kubernetes Service (kube-proxy) spreads connections evenly, like "
+    "round robin. The simulator models both (--routing); see docs/benchmarks.md."
+)
+
+
+def _routing_note(routing: Routing, output: Output) -> None:
+    if not output.machine:
+        err.print(
+            f"routing: {routing.value}; {BACKEND_ROUTING}", highlight=False, markup=False
+        )
+
+
+def _rollout_bench(
+    traces_opt: str | None, policies_opt: str, seed: int, output: Output, routing: Any
+) -> None:
     from servectl.backends.sim import rollout_bench
 
     names = (
@@ -145,14 +209,19 @@ def _rollout_bench(traces_opt: str | None, policies_opt: str, seed: int, output:
             )
 
     try:
-        records = rollout_bench.run_rollout_bench(names, controllers, seed=seed, progress=progress)
+        records = rollout_bench.run_rollout_bench(
+            names, controllers, seed=seed, progress=progress, routing=routing
+        )
     except ValueError as exc:
         raise fail(f"--traces/--policies: {exc}") from exc
     header, rows = rollout_bench.table(records)
     wide_header, wide_rows = rollout_bench.wide_columns(records)
     console.emit(
         output,
-        title="rollouts under load (servectl vs emulated peers)",
+        title=(
+            "rollouts under load (servectl vs emulated peers, "
+            f"{ROUTING_WORDS[routing.value]} within a revision)"
+        ),
         header=header,
         rows=rows,
         records=[record.to_record() for record in records],

@@ -533,11 +533,14 @@ def _replicas(
             previous = rev.desired if rev is not None else 0
         last[name] = previous
 
-    def idle(name: str) -> bool:
+    def retiring(name: str) -> bool:
+        """No traffic now or ahead, nothing held: it gets no replica this cycle."""
+        since = lowered_at.get(name)
         return (
-            last[name] == 0
-            and new_shares.get(name, 0.0) <= 0.0
+            new_shares.get(name, 0.0) <= 0.0
             and target_shares.get(name, 0.0) <= 0.0
+            and not (since is not None and now < since + hold_s.get(name, 0.0))
+            and (observed.metrics_ok or last[name] == 0)
         )
 
     for name in names:
@@ -558,7 +561,7 @@ def _replicas(
         # Alone with all the traffic and no rollout, the need is the autoscaler's demand
         # itself (no measured cost or mix in it): the policy's own stabilization decides,
         # and the planner passes its count through unchanged.
-        alone = canary is None and all(idle(n) for n in names if n != name)
+        alone = canary is None and all(retiring(n) for n in names if n != name)
         if (
             not alone
             and previous > want

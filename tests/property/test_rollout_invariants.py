@@ -228,13 +228,14 @@ class Step:
 
     @property
     def alone(self) -> bool:
-        """One revision, no rollout: the planner passes the demand through (no tolerance:
-        the policy's own stabilization decides)."""
+        """One revision left this cycle (every other one gets no replica), no rollout: the
+        planner passes the demand through (no tolerance: the policy's own stabilization
+        decides)."""
         if self.tick.intent.canary is not None:
             return False
         others = (self.names() | set(self.target_share) | set(self.cur_share)) - {self.stable}
         return all(
-            self.prev.get(n, 0) == 0
+            self.planned.get(n, 0) == 0
             and self.new_share.get(n, 0.0) <= 0.0
             and self.target_share.get(n, 0.0) <= 0.0
             for n in others

@@ -40,6 +40,7 @@ class BenchRecord:
     requests: int
     failed: int
     wall_s: float
+    routing: str = model.Routing.ROUND_ROBIN.value  # within a revision
 
     def to_record(self) -> dict[str, Any]:
         """JSON-compatible; ``recovery_s`` is null when there was no step/spike and
@@ -107,9 +108,10 @@ def run_bench(
     *,
     min_replicas: int = 1,
     max_replicas: int = 100,
+    routing: model.Routing = model.Routing.ROUND_ROBIN,
 ) -> list[BenchRecord]:
     """Simulate every (trace, policy) pair; ``policies`` maps a display name to a factory
-    that gets the trace (the oracle needs it)."""
+    that gets the trace (the oracle needs it). ``routing``: within the revision."""
     records: list[BenchRecord] = []
     total = len(traces) * len(policies)
     for trace in traces:
@@ -125,6 +127,7 @@ def run_bench(
                 min_replicas=min_replicas,
                 max_replicas=max_replicas,
                 record_decisions=False,
+                routing=routing,
             )
             record = BenchRecord(
                 trace=trace.name,
@@ -138,6 +141,7 @@ def run_bench(
                 requests=result.requests,
                 failed=result.failed,
                 wall_s=time.perf_counter() - started,
+                routing=routing.value,
             )
             records.append(record)
     return records

@@ -85,6 +85,7 @@ class RolloutRecord:
     seed: int
     with_rollout: RolloutSimResult
     without: RolloutSimResult
+    routing: str = model.Routing.ROUND_ROBIN.value
 
     @property
     def slo_delta_pp(self) -> float:
@@ -135,6 +136,7 @@ class RolloutRecord:
             "rollout_start_s": started,
             "rollout_duration_s": duration,
             "final_phase": self.with_rollout.phase_at(self.with_rollout.duration_s - 1),
+            "routing": self.routing,
         }
 
 
@@ -166,7 +168,11 @@ def controller_factories(
 
 
 def scenario_for(
-    trace: traces.Trace, svc: model.ServiceModel, *, with_rollout: bool
+    trace: traces.Trace,
+    svc: model.ServiceModel,
+    *,
+    with_rollout: bool,
+    routing: model.Routing = model.Routing.ROUND_ROBIN,
 ) -> control.RolloutScenario:
     events = (control.Event(float(start_time(trace)), Op.START, 2),) if with_rollout else ()
     return control.RolloutScenario(
@@ -178,6 +184,7 @@ def scenario_for(
         service_name="model",
         min_replicas=suite.MIN_REPLICAS,
         max_replicas=suite.MAX_REPLICAS,
+        routing=routing,
     )
 
 
@@ -187,6 +194,7 @@ def run_rollout_bench(
     *,
     seed: int = 0,
     progress: Callable[[str, str, int, int], None] | None = None,
+    routing: model.Routing = model.Routing.ROUND_ROBIN,
 ) -> list[RolloutRecord]:
     svc = suite.service()
     spec = bench_rollout_spec()
@@ -211,10 +219,12 @@ def run_rollout_bench(
                 progress(trace_name, name, index, total)
             runs = []
             for with_rollout in (True, False):
-                scenario = scenario_for(trace, svc, with_rollout=with_rollout)
+                scenario = scenario_for(trace, svc, with_rollout=with_rollout, routing=routing)
                 decider = factories[name](scenario)
                 runs.append(simulate_rollout(scenario, decider, seed=seed, record_plans=False))
-            records.append(RolloutRecord(trace_name, name, seed, runs[0], runs[1]))
+            records.append(
+                RolloutRecord(trace_name, name, seed, runs[0], runs[1], routing.value)
+            )
     return records
 
 
