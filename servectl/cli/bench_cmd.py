@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,6 +14,39 @@ from servectl.cli.console import Output, err, fail
 from servectl.cli.policy_cmd import _policy_config
 
 # --------------------------------------------------------------------------- bench
+
+
+class Routing(enum.StrEnum):
+    """--routing: how a revision's replicas share its requests in the simulation."""
+
+    ROUND_ROBIN = "round-robin"
+    LEAST_REQUEST = "least-request"
+    BOTH = "both"
+
+    def choices(self) -> list[Any]:
+        from servectl.sim import model
+
+        if self is Routing.BOTH:
+            return [model.Routing.ROUND_ROBIN, model.Routing.LEAST_REQUEST]
+        if self is Routing.LEAST_REQUEST:
+            return [model.Routing.LEAST_REQUEST]
+        return [model.Routing.ROUND_ROBIN]
+
+
+ROUTING_WORDS = {"round_robin": "round robin", "least_request": "least request"}
+
+BACKEND_ROUTING = (
+    "what each backend really does within a revision: the local runtime's HAProxy "
+    "(balance leastconn) and the Kubernetes backend's Gateway API routes (Envoy Gateway "
+    "and Istio default to least-request) send each request to the replica with the fewest "
+    "in flight; a plain Kubernetes Service (kube-proxy) spreads connections evenly, like "
+    "round robin. The simulator models both (--routing); see docs/benchmarks.md."
+)
+
+
+def _routing_note(routing: Routing, output: Output) -> None:
+    if not output.machine:
+        err.print(f"routing: {routing.value}; {BACKEND_ROUTING}", highlight=False, markup=False)
 
 
 def bench(
@@ -146,41 +180,6 @@ def bench(
                 summary_rows,
             )
     _routing_note(routing, output)
-
-
-class Routing(enum.StrEnum):
-    """--routing: how a revision's replicas share its requests in the simulation."""
-
-    ROUND_ROBIN = "round-robin"
-    LEAST_REQUEST = "least-request"
-    BOTH = "both"
-
-    def choices(self) -> list[Any]:
-        from servectl.sim import model
-
-        if self is Routing.BOTH:
-            return [model.Routing.ROUND_ROBIN, model.Routing.LEAST_REQUEST]
-        if self is Routing.LEAST_REQUEST:
-            return [model.Routing.LEAST_REQUEST]
-        return [model.Routing.ROUND_ROBIN]
-
-
-ROUTING_WORDS = {"round_robin": "round robin", "least_request": "least request"}
-
-BACKEND_ROUTING = (
-    "what each backend really does within a revision: the local runtime's HAProxy "
-    "(balance leastconn) and the Kubernetes backend's Gateway API routes (Envoy Gateway "
-    "and Istio default to least-request) send each request to the replica with the fewest "
-    "in flight; a plain Kubernetes Service (kube-proxy) spreads connections evenly, like "
-    "round robin. The simulator models both (--routing); see docs/benchmarks.md."
-)
-
-
-def _routing_note(routing: Routing, output: Output) -> None:
-    if not output.machine:
-        err.print(
-            f"routing: {routing.value}; {BACKEND_ROUTING}", highlight=False, markup=False
-        )
 
 
 def _rollout_bench(

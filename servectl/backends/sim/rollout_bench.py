@@ -222,9 +222,7 @@ def run_rollout_bench(
                 scenario = scenario_for(trace, svc, with_rollout=with_rollout, routing=routing)
                 decider = factories[name](scenario)
                 runs.append(simulate_rollout(scenario, decider, seed=seed, record_plans=False))
-            records.append(
-                RolloutRecord(trace_name, name, seed, runs[0], runs[1], routing.value)
-            )
+            records.append(RolloutRecord(trace_name, name, seed, runs[0], runs[1], routing.value))
     return records
 
 

@@ -7,6 +7,7 @@ second loop, no shortcut around the controller).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from typing import Any
@@ -68,3 +69,17 @@ def test_bench_rollouts(counted: Counter[str]) -> None:
     assert set(counted) == {"servectl", "flagger-style"}
     assert counted["servectl"] == 2 * ticks(3600, 2)
     assert counted["flagger-style"] == 2 * ticks(3600, 15)
+
+
+def test_bench_routing_both_runs_each_routing_and_says_which(counted: Counter[str]) -> None:
+    result = servectl(
+        "bench", "--traces", "spike", "--policies", "servectl", "--routing", "both", "-o", "json"
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["routing"] for r in records] == ["round_robin", "least_request"]
+    assert counted == {"servectl": 2 * ticks(3600, 2)}
+    table = servectl("bench", "--traces", "spike", "--policies", "servectl")
+    assert table.exit_code == 0, table.output
+    assert "round robin within a revision" in table.stdout
+    assert "HAProxy (balance leastconn)" in " ".join(table.stderr.split())

@@ -73,8 +73,23 @@ def test_alone_without_a_rollout_the_demand_passes_through_unchanged() -> None:
         intent({1: 100}, canary=None), observed(rev(1, weight=100, desired=10)), 9, state, NAMES
     )
     assert [r.replicas for r in result.revisions] == [9]
-    # With a second revision still listed (a drained canary), small drops are held.
-    two = planner.PlannerState(replicas={"m-v1": 10, "m-v2": 1})
+    # A second revision that retires this cycle changes nothing: still 9.
+    gone = planner.PlannerState(replicas={"m-v1": 10, "m-v2": 1})
+    result, _ = planner.plan(
+        intent({1: 100}, canary=None),
+        observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1)),
+        9,
+        gone,
+        NAMES,
+    )
+    assert [(r.name, r.replicas) for r in result.revisions] == [("m-v1", 9)]
+    # With a second revision still draining (held), small drops are held too.
+    two = planner.PlannerState(
+        replicas={"m-v1": 10, "m-v2": 1},
+        lowered_at={"m-v2": 95.0},
+        hold_s={"m-v2": 30.0},
+        held_share={"m-v2": 0.1},
+    )
     result, _ = planner.plan(
         intent({1: 100}, canary=None),
         observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1)),
