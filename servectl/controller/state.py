@@ -47,7 +47,7 @@ def to_dict(state: LoopState) -> dict[str, Any]:
             "heldShare": _floats(p.held_share),
             "cost": _floats(p.cost),
             "headerShare": p.header_share,
-            "mix": p.mix,
+            "mixShares": None if p.mix_shares is None else _floats(p.mix_shares),
             "mixDemand": p.mix_demand,
         },
         "policy": state.policy,
@@ -98,11 +98,7 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         or not 0.0 <= float(header_share) <= 1.0
     ):
         raise StateError(f"planner.headerShare: expected null or 0..1, got {header_share!r}")
-    mix = p.get("mix")
-    if mix is not None and (
-        isinstance(mix, bool) or not isinstance(mix, int | float) or not 0.0 < float(mix) < 1e6
-    ):
-        raise StateError(f"planner.mix: expected null or a positive number, got {mix!r}")
+    mix_shares = None if p.get("mixShares") is None else _map(p, "mixShares", float)
     mix_demand = p.get("mixDemand")
     if mix_demand is not None and (
         isinstance(mix_demand, bool) or not isinstance(mix_demand, int) or mix_demand < 0
@@ -116,7 +112,7 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         held_share=_map(p, "heldShare", float),
         cost=_map(p, "cost", float),
         header_share=None if header_share is None else float(header_share),
-        mix=None if mix is None else float(mix),
+        mix_shares=mix_shares,
         mix_demand=mix_demand,
     )
     policy = doc.get("policy")

@@ -78,9 +78,9 @@ class PlannerState:
     held_share: Mapping[str, float] = field(default_factory=dict)  # share before lowering
     cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
     header_share: float | None = None
-    # The traffic mix the current demand was set on, and that demand: a demand is in
-    # replicas of the mix it was decided on, and it keeps that meaning until it changes.
-    mix: float | None = None
+    # The traffic shares the current demand was set on, and that demand: a demand is in
+    # replicas of the traffic it was decided on, and keeps that meaning until it changes.
+    mix_shares: Mapping[str, float] | None = None
     mix_demand: int | None = None
 
 
@@ -108,25 +108,35 @@ def need(demand: int, share: float, cost: float, mix: float) -> int:
     return max(1, math.ceil(demand * share * cost / mix - 1e-6))
 
 
-def traffic_mix(
-    observed: Observed, costs: Mapping[str, float], applied: Mapping[str, float]
-) -> float:
-    """Relative cost of the requests the demand was measured on: each revision's share of
-    the measured request rate times its cost; ``applied`` shares when a revision that
-    has traffic has no rate, or the service has fewer than ``COST_MIN_RPS``."""
+def traffic_shares(observed: Observed, applied: Mapping[str, float]) -> dict[str, float]:
+    """Each revision's share of the requests the demand was measured on: its windowed
+    request rate over the service's (the same windows as the autoscaler's signals);
+    ``applied`` when a revision that has traffic has no rate, or the service has fewer
+    than ``COST_MIN_RPS``."""
     rates: dict[str, float] = {}
     for rev in observed.revisions:
         rps = rev.snapshot.signals.rps if rev.snapshot is not None else None
         if rps is None:
             if applied.get(rev.name, 0.0) > 0.0:
-                break
+                return dict(applied)
             continue
         rates[rev.name] = rps
-    else:
-        total = sum(rates.values())
-        if total >= COST_MIN_RPS:
-            return sum(rate / total * costs.get(name, 1.0) for name, rate in rates.items())
-    return sum(share * costs.get(name, 1.0) for name, share in applied.items())
+    total = sum(rates.values())
+    if total < COST_MIN_RPS:
+        return dict(applied)
+    return {name: rate / total for name, rate in rates.items() if rate > 0}
+
+
+def demand_shares(
+    observed: Observed, applied: Mapping[str, float], demand: int, state: PlannerState
+) -> dict[str, float]:
+    """The traffic ``demand`` is in: the shares measured when the demand last changed. A
+    demand the autoscaler holds (stabilization) still counts replicas of the traffic it
+    was decided on, even after weights moved onto a cheaper or dearer revision; a new
+    demand is read in the traffic measured now (:func:`traffic_shares`)."""
+    if state.mix_shares is not None and state.mix_demand == demand:
+        return dict(state.mix_shares)
+    return traffic_shares(observed, applied)
 
 
 def demand_mix(
@@ -136,13 +146,10 @@ def demand_mix(
     demand: int,
     state: PlannerState,
 ) -> float:
-    """The mix ``demand`` is in: the one measured when the demand last changed. A demand
-    the autoscaler holds (stabilization) still counts replicas of the traffic it was
-    decided on, even after weights moved onto a cheaper or dearer revision; a new demand
-    is read in the mix measured now (:func:`traffic_mix`)."""
-    if state.mix is not None and state.mix_demand == demand:
-        return state.mix
-    return traffic_mix(observed, costs, applied)
+    """The relative cost of the traffic ``demand`` is in (:func:`demand_shares`), at
+    today's cost estimates (they keep improving after the demand was set)."""
+    shares = demand_shares(observed, applied, demand, state)
+    return sum(share * costs.get(name, 1.0) for name, share in shares.items())
 
 
 def _measure_costs(
@@ -216,7 +223,8 @@ def plan(
     ready = {r.name: r.ready for r in observed.revisions}
     available = {r.name: r.available for r in observed.revisions}
     current_shares = _effective(current_weights, current_header, hs)
-    mix = demand_mix(observed, costs, current_shares, demand, state)
+    shares_of_demand = demand_shares(observed, current_shares, demand, state)
+    mix = sum(share * costs.get(name, 1.0) for name, share in shares_of_demand.items())
 
     def needs(name: str, share: float) -> int:
         return need(demand, share, costs.get(name, 1.0), mix)
@@ -331,7 +339,7 @@ def plan(
         held_share=held_share,
         cost={n: c for n, c in costs.items() if n in kept},
         header_share=hs,
-        mix=mix,
+        mix_shares=shares_of_demand,
         mix_demand=demand,
     )
     events = tuple(

@@ -82,10 +82,10 @@ def wait_until(
         time.sleep(0.05)
 
 
-def eventually(check: Callable[[], _T], timeout_s: float = 30.0) -> _T:
-    """Retry ``check`` (which asserts) every 0.2 s until it passes and return its result;
-    after ``timeout_s`` its last AssertionError propagates. For values that settle, like
-    ``rate()``."""
+def eventually(check: Callable[[], _T], timeout_s: float = 30.0, every_s: float = 0.2) -> _T:
+    """Retry ``check`` (which asserts) every ``every_s`` until it passes and return its
+    result; after ``timeout_s`` its last AssertionError propagates. For values that
+    settle, like ``rate()``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -93,7 +93,7 @@ def eventually(check: Callable[[], _T], timeout_s: float = 30.0) -> _T:
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
-        time.sleep(0.2)
+        time.sleep(every_s)
 
 
 def scrape(url: str, timeout_s: float = 5.0) -> tuple[str, Samples]:

@@ -29,23 +29,16 @@ from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusServer
 from servectl.metrics.source import PrometheusSource
 from servectl.rollout.analysis import Window, judge
-from servectl.testing.exporters import Pod, Scenario
+from servectl.testing.exporters import Pod, Scenario, eventually
 
 # Scrapes every second; a 10 s rate window holds ~10 samples.
 CONFIG = MetricsConfig(rateWindow="10s", timeoutSeconds=5, staleAfterSeconds=30)
 RATE_TOLERANCE = 0.12  # relative: rate() over 10 samples of counters floored to integers
 
 
-def _eventually(check: Callable[[], Any], timeout_s: float = 45.0, every_s: float = 1.0) -> Any:
-    """Call ``check`` until it stops raising AssertionError; return its result."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(every_s)
+def _eventually(check: Callable[[], Any], timeout_s: float = 45.0) -> Any:
+    """:func:`servectl.testing.exporters.eventually`, checking once a second."""
+    return eventually(check, timeout_s=timeout_s, every_s=1.0)
 
 
 def _close(actual: float | None, expected: float, rel: float = RATE_TOLERANCE) -> None:

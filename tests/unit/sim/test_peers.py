@@ -23,13 +23,13 @@ from servectl.autoscaling.snapshot import PodSample, Replicas, Signals, Snapshot
 from servectl.backends.sim import run as sim_run
 from servectl.backends.sim.peers import ArgoStyle, FlaggerStyle, flagger_weights, peer_hpa_config
 from servectl.backends.sim.peers.flagger import _RS, _Deployment, _split
+from servectl.backends.sim.tick import TickDecider
 from servectl.controller.decide import Command
 from servectl.planning.types import Counters, Observed, ObservedRevision, Plan
 from servectl.rollout import analysis
 from servectl.rollout.machine import Op
 from servectl.sim import model, traces, world
 from servectl.sim import scenario as scenario_mod
-from tests.unit.sim.deciders import TickDecider
 
 START, ABORT, PAUSE, RESUME = (
     Op.START,

@@ -41,8 +41,8 @@ from servectl.api import models
 from servectl.autoscaling import config, hpa
 from servectl.autoscaling.decision import Decision
 from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
-from servectl.controller.decide import Command, Outcome
-from servectl.planning.types import Observed, ObservedRevision, Plan
+from servectl.backends.sim.tick import TickDecider
+from servectl.planning.types import Observed, ObservedRevision
 from servectl.rollout import analysis
 from servectl.sim.scenario import RolloutScenario
 
@@ -209,7 +209,7 @@ def phase_for(native: str) -> models.RolloutPhase:
     )
 
 
-class Peer:
+class Peer(TickDecider):
     """What both emulated peers share: the controller protocol's name and period, and a
     constructor from a scenario."""
 
@@ -239,27 +239,3 @@ class Peer:
     @property
     def period_s(self) -> float:
         return self._period_s
-
-    @property
-    def mode(self) -> config.Mode:
-        """The peers have no recommend mode: they always act."""
-        return config.Mode.ACTIVE
-
-    def initial_state(self, observed: Observed) -> None:
-        """The peers keep their state in the object (they are emulations, not persisted)."""
-        del observed
-
-    def decide(self, observed: Observed, commands: Sequence[Command], state: Any) -> Outcome:
-        """One tick as a :class:`~servectl.controller.backend.Decider`."""
-        del state
-        plan = self.tick(observed, commands)
-        return Outcome(
-            plan=plan,
-            state=None,
-            demand=sum(r.replicas for r in plan.revisions),
-            decided_by=None,
-            reason=plan.message,
-        )
-
-    def tick(self, observed: Observed, commands: Sequence[Command]) -> Plan:
-        raise NotImplementedError

@@ -12,12 +12,12 @@ import pytest
 
 from servectl.autoscaling import decision, snapshot
 from servectl.backends.sim import run as sim_run
+from servectl.backends.sim.tick import TickDecider
 from servectl.controller.decide import Command
 from servectl.planning.types import Observed, Plan, RevisionPlan
 from servectl.rollout.machine import Op
 from servectl.sim import model, traces, world
 from servectl.sim import scenario as scenario_mod
-from tests.unit.sim.deciders import TickDecider
 
 SERVICE = model.ServiceModel()
 INSTANT = model.ServiceModel(cold_start_s=0)  # ready the second it is created

@@ -1,7 +1,8 @@
-"""A base for hand-written test deciders: implement ``tick(observed, commands) -> Plan``.
+"""A decider written as ``tick(observed, commands) -> Plan`` with its state in itself.
 
-It gives them the rest of :class:`servectl.controller.backend.Decider` (always active, no
-persisted state), so a test can script plans and run them through ``reconcile_once``.
+The emulated peers are such deciders, and so are the scripted ones tests write: this
+base gives them the rest of :class:`servectl.controller.backend.Decider` (always active,
+nothing persisted), so ``reconcile_once`` drives them like servectl's own loop.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from servectl.planning.types import Observed, Plan
 class TickDecider:
     @property
     def mode(self) -> config.Mode:
+        """No recommend mode: a tick decider always acts."""
         return config.Mode.ACTIVE
 
     def initial_state(self, observed: Observed) -> None:
+        """Its state lives in the object (an emulation, not persisted)."""
         del observed
 
     def decide(self, observed: Observed, commands: Sequence[Command], state: Any) -> Outcome:
+        """One tick as a :class:`~servectl.controller.backend.Decider`."""
         del state
         plan = self.tick(observed, commands)
         return Outcome(
@@ -30,7 +34,7 @@ class TickDecider:
             state=None,
             demand=sum(r.replicas for r in plan.revisions),
             decided_by=None,
-            reason="scripted",
+            reason=plan.message,
         )
 
     def tick(self, observed: Observed, commands: Sequence[Command]) -> Plan:
