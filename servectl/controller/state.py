@@ -47,8 +47,6 @@ def to_dict(state: LoopState) -> dict[str, Any]:
             "heldShare": _floats(p.held_share),
             "cost": _floats(p.cost),
             "headerShare": p.header_share,
-            "mixShares": None if p.mix_shares is None else _floats(p.mix_shares),
-            "mixDemand": p.mix_demand,
         },
         "policy": state.policy,
     }
@@ -98,12 +96,6 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         or not 0.0 <= float(header_share) <= 1.0
     ):
         raise StateError(f"planner.headerShare: expected null or 0..1, got {header_share!r}")
-    mix_shares = None if p.get("mixShares") is None else _map(p, "mixShares", float)
-    mix_demand = p.get("mixDemand")
-    if mix_demand is not None and (
-        isinstance(mix_demand, bool) or not isinstance(mix_demand, int) or mix_demand < 0
-    ):
-        raise StateError(f"planner.mixDemand: expected null or an int >= 0, got {mix_demand!r}")
     planner_state = PlannerState(
         replicas=_map(p, "replicas", int),
         shares=_map(p, "shares", float),
@@ -112,8 +104,6 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         held_share=_map(p, "heldShare", float),
         cost=_map(p, "cost", float),
         header_share=None if header_share is None else float(header_share),
-        mix_shares=mix_shares,
-        mix_demand=mix_demand,
     )
     policy = doc.get("policy")
     if not isinstance(policy, dict):

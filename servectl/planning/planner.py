@@ -20,12 +20,7 @@ One call per cycle, pure. The rules, and where each is enforced:
 3. Per-revision sizing (:func:`need`): the autoscaler decides the total ``demand`` in
    replicas of the current traffic mix; a revision at share ``e`` with relative cost
    ``r`` (its CPU seconds per request over the stable revision's) gets
-   ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the traffic the
-   demand was measured on (:func:`traffic_mix`: each revision's windowed request rate,
-   the same windows as the autoscaler's signals; the applied shares when too few
-   requests to measure). Right after a shift the weights have moved but the demand still
-   reads the old mix: dividing by the new weights' mix would read the same demand as
-   more (or less) work than it is.
+   ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the applied shares.
    A CPU-heavy canary thus adds canary replicas, never stable ones. A revision with too
    few requests to measure borrows the stable revision's cost (r = 1).
 4. No capacity dip on abort: an abort is a shift back to stable like any other, so
@@ -78,10 +73,6 @@ class PlannerState:
     held_share: Mapping[str, float] = field(default_factory=dict)  # share before lowering
     cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
     header_share: float | None = None
-    # The traffic shares the current demand was set on, and that demand: a demand is in
-    # replicas of the traffic it was decided on, and keeps that meaning until it changes.
-    mix_shares: Mapping[str, float] | None = None
-    mix_demand: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,50 +97,6 @@ def need(demand: int, share: float, cost: float, mix: float) -> int:
         return 0
     mix = mix if mix > 0 else 1.0
     return max(1, math.ceil(demand * share * cost / mix - 1e-6))
-
-
-def traffic_shares(observed: Observed, applied: Mapping[str, float]) -> dict[str, float]:
-    """Each revision's share of the requests the demand was measured on: its windowed
-    request rate over the service's (the same windows as the autoscaler's signals);
-    ``applied`` when a revision that has traffic has no rate, or the service has fewer
-    than ``COST_MIN_RPS``."""
-    rates: dict[str, float] = {}
-    for rev in observed.revisions:
-        rps = rev.snapshot.signals.rps if rev.snapshot is not None else None
-        if rps is None:
-            if applied.get(rev.name, 0.0) > 0.0:
-                return dict(applied)
-            continue
-        rates[rev.name] = rps
-    total = sum(rates.values())
-    if total < COST_MIN_RPS:
-        return dict(applied)
-    return {name: rate / total for name, rate in rates.items() if rate > 0}
-
-
-def demand_shares(
-    observed: Observed, applied: Mapping[str, float], demand: int, state: PlannerState
-) -> dict[str, float]:
-    """The traffic ``demand`` is in: the shares measured when the demand last changed. A
-    demand the autoscaler holds (stabilization) still counts replicas of the traffic it
-    was decided on, even after weights moved onto a cheaper or dearer revision; a new
-    demand is read in the traffic measured now (:func:`traffic_shares`)."""
-    if state.mix_shares is not None and state.mix_demand == demand:
-        return dict(state.mix_shares)
-    return traffic_shares(observed, applied)
-
-
-def demand_mix(
-    observed: Observed,
-    costs: Mapping[str, float],
-    applied: Mapping[str, float],
-    demand: int,
-    state: PlannerState,
-) -> float:
-    """The relative cost of the traffic ``demand`` is in (:func:`demand_shares`), at
-    today's cost estimates (they keep improving after the demand was set)."""
-    shares = demand_shares(observed, applied, demand, state)
-    return sum(share * costs.get(name, 1.0) for name, share in shares.items())
 
 
 def _measure_costs(
@@ -223,8 +170,7 @@ def plan(
     ready = {r.name: r.ready for r in observed.revisions}
     available = {r.name: r.available for r in observed.revisions}
     current_shares = _effective(current_weights, current_header, hs)
-    shares_of_demand = demand_shares(observed, current_shares, demand, state)
-    mix = sum(share * costs.get(name, 1.0) for name, share in shares_of_demand.items())
+    mix = sum(share * costs.get(name, 1.0) for name, share in current_shares.items())
 
     def needs(name: str, share: float) -> int:
         return need(demand, share, costs.get(name, 1.0), mix)
@@ -339,8 +285,6 @@ def plan(
         held_share=held_share,
         cost={n: c for n, c in costs.items() if n in kept},
         header_share=hs,
-        mix_shares=shares_of_demand,
-        mix_demand=demand,
     )
     events = tuple(
         f"{name}: weight {current_weights.get(name, 0)} -> {new_weights.get(name, 0)}"

@@ -52,6 +52,7 @@ from itertools import pairwise
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -178,7 +179,7 @@ class Step:
         cost = planner._measure_costs(obs, stable, tick.before.cost)
         for name, kept in tick.after.cost.items():
             assert math.isclose(kept, cost[name]), (name, kept, cost[name])
-        mix = planner.demand_mix(obs, cost, cur_share, tick.demand, tick.before)
+        mix = sum(share * cost.get(n, 1.0) for n, share in cur_share.items())
         prev: dict[str, int] = {}
         for r in obs.revisions:
             prev[r.name] = r.desired
@@ -1060,9 +1061,15 @@ def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
 # ------------------------------------------------------------ regressions (once strict xfails)
 
 
-# The demand is in replicas of the traffic mix it was decided on (planner.demand_mix):
-# it once was read in the mix of the weights applied now, so right after a shift onto a
-# cheaper canary the same demand read as more work and weight went back (50 -> 74 -> 63).
+@pytest.mark.xfail(
+    strict=True,
+    reason="the demand is in replicas of the traffic mix it was measured on, but need() "
+    "divides it by the mix of the weights applied now: right after a shift onto a cheaper "
+    "canary the same demand reads as more work, the canary's ready replicas no longer "
+    "carry the share just granted and _carry_back gives weight back (50 -> 74 -> 63 -> 68 "
+    "-> 89 -> 74 % at 0.5x cost, flat 260 rps), then it rises again; docs/rollouts.md "
+    "('The mix a demand is in') says why the fix tried was reverted",
+)
 def test_a_cheaper_canary_weight_never_goes_back_while_its_target_holds() -> None:
     spec = models.RolloutSpec.model_validate({"steps": [], "drainSeconds": 5})
     scenario = scenario_mod.RolloutScenario(

@@ -26,7 +26,6 @@ from servectl.backends.sim import run as sim_run
 from servectl.controller import decide as loop
 from servectl.controller.reconcile import ServectlLoop
 from servectl.controller.spec import ServiceSpec
-from servectl.planning import planner
 from servectl.planning.types import Observed
 from servectl.rollout import machine
 from servectl.sim import model, results, suite, traces, world
@@ -180,24 +179,14 @@ class Run:
 
     # ------------------------------------------------------------------ rules
 
-    def mix(self, i: int, applied: Mapping[str, float]) -> float:
-        """The traffic mix tick ``i``'s demand is in, as the planner reads it
-        (``planner.demand_mix``: the mix measured when the demand last changed)."""
-        before = self.controller.states[i - 1].planner if i > 0 else planner.PlannerState()
-        after = self.controller.states[i]
-        mix = planner.demand_mix(
-            self.controller.observed[i], after.planner.cost, applied, after.demand, before
-        )
-        return mix or 1.0
-
     def shift_violations(self, *, hard_abort_ok: bool = False) -> list[str]:
         """Ticks where a revision's weight rose beyond what its ready replicas carry.
 
         Scale first, then shift: at a tick where revision X's weight rises to ``w``,
         X must have ``ceil(demand * w/100 * cost_X / mix)`` ready replicas (demand: the
         autoscaler's replicas for the whole traffic mix that tick; cost_X: X's CPU per
-        request relative to stable, as the planner measured it; mix: the mix the demand is
-        in, :meth:`mix`) and TF Serving must report it AVAILABLE. ``ready`` is
+        request relative to stable, as the planner measured it; mix: the traffic-weighted
+        mean cost before the change) and TF Serving must report it AVAILABLE. ``ready`` is
         the simulator's own count of replicas taking requests after the plan was applied.
         A hard abort (the canary failing hard) is the one allowed exception.
         """
@@ -211,7 +200,7 @@ class Run:
             weights = {r.name: r.weight for r in plan.revisions if r.weight > 0}
             before = previous_weights or dict(weights)
             costs = state.planner.cost
-            mix = self.mix(i, {n: w / 100.0 for n, w in before.items()})
+            mix = sum(w / 100.0 * costs.get(n, 1.0) for n, w in before.items()) or 1.0
             hard = state.rollout.hard_abort and state.rollout.phase is machine.Phase.ABORTED
             for rev_name, w in weights.items():
                 if w <= before.get(rev_name, 0) or (hard and hard_abort_ok):
@@ -232,10 +221,8 @@ class Run:
 
     def carry_violations(self, version: int, start: float, end: float) -> list[str]:
         """Ticks in [start, end) where ``version``'s ready replicas did not carry its
-        weight (not only when the weight rose): fewer than ``demand * w/100 * cost / mix``
-        less the planner's ``CARRY_TOLERANCE`` (10 %), the margin within which it keeps a
-        weight it granted while the cost estimates move (a weight granted on 4.98
-        replicas of need must not read as a dip when the estimate says 5.003)."""
+        weight: ``ceil(demand * w/100 * cost / mix)`` with the weights applied at that
+        tick (not only when the weight rose)."""
         bad: list[str] = []
         rev_name = name(version)
         for i, record in enumerate(self.controller.ticks):
@@ -245,19 +232,15 @@ class Run:
             plan = self.result.plans[i][1]
             weights = {r.name: r.weight for r in plan.revisions if r.weight > 0}
             costs = self.controller.states[i].planner.cost
-            mix = self.mix(i, {n: w / 100.0 for n, w in weights.items()})
+            mix = sum(w / 100.0 * costs.get(n, 1.0) for n, w in weights.items()) or 1.0
             w = weights.get(rev_name, 0)
             if w == 0:
                 continue
             cost = costs.get(rev_name, 1.0)
-            exact = record.demand * w / 100.0 * cost / mix
-            needed = max(1, math.ceil(exact * (1.0 - planner.CARRY_TOLERANCE) - 1e-6))
+            needed = max(1, math.ceil(record.demand * w / 100.0 * cost / mix - 1e-6))
             ready = int(self.result.revisions[rev_name].ready[t])
             if ready < needed:
-                bad.append(
-                    f"t={t}: {rev_name} at {w} % with {ready} ready; needs {needed} "
-                    f"({exact:.2f} less the carry tolerance)"
-                )
+                bad.append(f"t={t}: {rev_name} at {w} % with {ready} ready; needs {needed}")
         return bad
 
 

@@ -66,8 +66,6 @@ def _doc() -> dict[str, Any]:
         (lambda d: d["planner"].update(holdSeconds=[1]), "planner.holdSeconds"),
         (lambda d: d["planner"].update(cost={"m-v2": float("nan")}), "planner.cost.m-v2"),
         (lambda d: d["planner"].update(headerShare=2), "planner.headerShare"),
-        (lambda d: d["planner"].update(mixShares={"m-v1": "all"}), "planner.mixShares.m-v1"),
-        (lambda d: d["planner"].update(mixDemand=1.5), "planner.mixDemand"),
         (lambda d: d.update(policy=[]), "policy"),
     ],
 )
