@@ -1109,3 +1109,50 @@ def test_a_canary_squeezed_by_the_budget_is_planned_the_same_twice() -> None:
         ),
     )
     assert not check_fixed_point(tick)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by hypothesis (random profile) in issue 12, the same before the rebuild: "
+    "a load step (20 -> 204 rps at t=122) overloads the one stable replica for a cold start "
+    "(a ~70 s backlog), blue/green switches to v3 at t=160 with scaleDownDelaySeconds 0, "
+    "and the old replica is killed 30 s later with requests still queued (348 cut). They "
+    "had all timed out at the client long before (timeout 10 s), so this is the world's "
+    "lost_cut counting requests the client had given up on, or the switch not waiting "
+    "for a backlog it cannot see; a later issue decides which",
+)
+def test_a_switch_off_an_overloaded_revision_cuts_nothing() -> None:
+    rates = np.full(300, 20.0)
+    rates[122:] = 204.0
+    spec = models.RolloutSpec.model_validate(
+        {
+            "strategy": "blueGreen",
+            "steps": [],
+            "analysis": {
+                "interval": "4s",
+                "minSamples": 20,
+                "checks": [{"metric": "errorRate", "max": 0.05}],
+            },
+            "blueGreen": {"autoPromote": True, "scaleDownDelaySeconds": 0},
+            "drainSeconds": 0,
+            "progressDeadlineSeconds": 60,
+        }
+    )
+    half = model.ServiceModel(service_time_ms=10.0)
+    scenario = scenario_mod.RolloutScenario(
+        name="switch-off-overload",
+        trace=traces.Trace("step", rates),
+        revisions={
+            1: scenario_mod.RevisionModel(1, SVC),
+            2: scenario_mod.RevisionModel(2, half),
+            3: scenario_mod.RevisionModel(3, half),
+        },
+        stable_version=1,
+        events=(
+            scenario_mod.Event(67.0, Op.START, 2),
+            scenario_mod.Event(97.0, Op.START, 3),
+        ),
+        service_name=SERVICE,
+    )
+    result, _ = simulate(Case(scenario=scenario, spec=spec, drain_s=0, delay_s=0))
+    assert result.lost_cut == 0
