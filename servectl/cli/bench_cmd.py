@@ -116,6 +116,7 @@ def bench(
     (HAProxy) and Gateway API implementations route each request to the replica with the
     fewest in flight; a plain Kubernetes Service spreads them evenly.
 
+    \b
     Examples:
       servectl bench --traces step,spike --policies servectl,kpa
       servectl bench --routing both -o json > bench.jsonl
