@@ -162,20 +162,13 @@ def build(
 
     weighted = [r for r in observed.revisions if r.weight > 0]
     dark = [r.name for r in weighted if r.ready == 0]
-    conditions = [
-        _condition(
-            C.READY,
-            S.FALSE if dark or not weighted else S.TRUE,
-            ConditionReason.NO_READY_REPLICA if dark or not weighted else ConditionReason.SERVING,
-            f"no ready replica: {', '.join(dark)}"
-            if dark
-            else "every revision with traffic has a ready replica"
-            if weighted
-            else "no revision receives traffic",
-            now,
-            previous,
-        )
-    ]
+    if dark:
+        ready = (S.FALSE, ConditionReason.NO_READY_REPLICA, f"no ready replica: {', '.join(dark)}")
+    elif not weighted:
+        ready = (S.FALSE, ConditionReason.NO_READY_REPLICA, "no revision receives traffic")
+    else:
+        ready = (S.TRUE, ConditionReason.SERVING, "every revision with traffic has a ready replica")
+    conditions = [_condition(C.READY, *ready, now, previous)]
     phase = rollout.phase
     progressing = {
         models.RolloutPhase.PROGRESSING: (S.TRUE, ConditionReason.ROLLOUT_RUNNING),

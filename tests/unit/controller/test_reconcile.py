@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from servectl.api import models
@@ -177,3 +179,19 @@ def test_servectls_loop_refuses_a_state_that_is_not_a_loop_state() -> None:
     backend = FakeBackend({"m-v1": (1, 3, 100)}, state={"not": "a LoopState"})
     with pytest.raises(TypeError, match="LoopState"):
         reconcile_once(backend, loop(3), 0.0)
+
+
+def test_a_revision_with_traffic_and_no_ready_replica_is_not_ready() -> None:
+    class Cold(FakeBackend):
+        def observe(self, now: float):  # type: ignore[no-untyped-def]
+            observed = super().observe(now)
+            return replace(
+                observed, revisions=tuple(replace(r, ready=0) for r in observed.revisions)
+            )
+
+    backend = Cold({"m-v1": (1, 3, 100)})
+    reconcile_once(backend, loop(3), 0.0)
+    assert backend.status is not None
+    ready = backend.status.condition(C.READY)
+    assert ready is not None and ready.status is S.FALSE
+    assert ready.reason == "NoReadyReplica" and "m-v1" in ready.message
