@@ -203,13 +203,15 @@ def _policy_config(
 ) -> tuple[Any, Any]:
     """The engine config and the custom CEL policy from --spec / --policy-file / --cel.
 
-    A spec's ``policy.ref`` is looked up among ScalingPolicies in the spec file itself,
-    then in ./policies; ``--policy-file`` and ``--cel`` replace the spec's policy.
+    A spec's policy is what every backend runs (``servectl.controller.spec``): its
+    ``policy.ref`` is looked up among ScalingPolicies in the spec file itself, then in
+    ./policies. ``--policy-file`` and ``--cel`` replace the spec's policy; ``--param``
+    values override the policy's params.
     """
     from servectl import specfile
     from servectl.api import models, validation
     from servectl.autoscaling import cel_policy, config, engine
-    from servectl.autoscaling.policy import UnknownPolicyError
+    from servectl.controller import spec as controller_spec
 
     def load(path: Path, option: str) -> list[Any]:
         try:
@@ -217,9 +219,15 @@ def _policy_config(
         except (OSError, validation.SpecError, ValueError) as exc:
             raise fail(f"{option} {path}:\n{exc}") from exc
 
+    def compile_policy(name: str, expression: str, defaults: dict[str, float]) -> Any:
+        try:
+            program = cel_policy.compile_expression(expression)
+        except cel_policy.PolicyCompileError as exc:
+            raise fail(f"CEL policy {name}: {exc}") from exc
+        return engine.CustomPolicy(name, program, defaults)
+
     cfg = config.AutoscalingConfig()
-    name, expression = "inline", None
-    merged: dict[str, float] = {}
+    custom: engine.CustomPolicy | None = None
     if spec is not None:
         docs = load(spec, "--spec")
         services = [d for d in docs if isinstance(d, models.ModelService)]
@@ -232,32 +240,25 @@ def _policy_config(
             if isinstance(p, models.ScalingPolicy)
         }
         library.update({d.metadata.name: d for d in docs if isinstance(d, models.ScalingPolicy)})
-        autoscaling = services[0].spec.autoscaling
-        cfg = autoscaling.to_config()
+        cfg = services[0].spec.autoscaling.to_config()
         try:
-            resolved = autoscaling.resolve_policy(library)
-        except UnknownPolicyError as exc:
-            raise fail(f"--spec {spec}: spec.autoscaling.policy.ref: {exc}") from exc
-        if resolved is not None:
-            name, expression, merged = resolved.name, resolved.cel, dict(resolved.params)
+            custom = controller_spec.custom_policy(services[0], library)
+        except controller_spec.PolicySpecError as exc:
+            raise fail(f"--spec {spec}: {exc}") from exc
     if policy_file is not None:
         policies = [
             d for d in load(policy_file, "--policy-file") if isinstance(d, models.ScalingPolicy)
         ]
         if not policies:
             raise fail(f"--policy-file {policy_file}: no ScalingPolicy document in it")
-        name, expression = policies[0].metadata.name, policies[0].spec.cel
-        merged = dict(policies[0].spec.params or {})
+        chosen = policies[0]
+        custom = compile_policy(
+            chosen.metadata.name, chosen.spec.cel, dict(chosen.spec.params or {})
+        )
     if cel is not None:
-        name, expression, merged = "inline", cel, {}
-    merged.update(params)
-    custom = None
-    if expression is not None:
-        try:
-            program = cel_policy.compile_expression(expression)
-        except cel_policy.PolicyCompileError as exc:
-            raise fail(f"CEL policy {name}: {exc}") from exc
-        custom = engine.CustomPolicy(name, program, merged)
+        custom = compile_policy("inline", cel, {})
+    if custom is not None and params:
+        custom = engine.CustomPolicy(custom.name, custom.program, {**custom.params, **params})
     return cfg, custom
 
 
