@@ -94,14 +94,3 @@ class SimBackend:
 
     def emit(self, events: Sequence[Event]) -> None:
         self.emitted.extend(events)
-
-    # ------------------------------------------------------------------ helpers
-
-    def saved_state(self) -> str | None:
-        """The loop state's JSON text as last saved (``persist=True``), else None."""
-        return self._saved
-
-    def restore(self, text: str) -> None:
-        """Replace the saved state with ``text`` (a restart from what was persisted)."""
-        self._saved = text
-        self._state = None
