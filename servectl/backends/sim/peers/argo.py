@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from servectl.api import models
 from servectl.autoscaling import hpa
@@ -24,7 +23,6 @@ from servectl.backends.sim.peers.common import (
     ceil_pct,
     initial_stable,
     metrics_error,
-    peer_hpa_config,
     phase_for,
     ready_of,
     weight_of,
@@ -77,18 +75,19 @@ class ArgoStyle(Peer):
         abort_scale_down_delay_s: float = ABORT_SCALE_DOWN_DELAY_S,
         name: str | None = None,
     ) -> None:
-        if not period_s > 0:
-            raise ValueError(f"period_s must be > 0, got {period_s}")
-        base = hpa_config or peer_hpa_config(min_replicas, max_replicas)
-        self.spec = spec
-        self.hpa_config = replace(base, min_replicas=min_replicas, max_replicas=max_replicas)
-        self.service = service
+        super().__init__(
+            spec,
+            name=name or ("argo-style-dynamic" if dynamic_stable_scale else "argo-style"),
+            hpa_config=hpa_config,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            service=service,
+            period_s=period_s,
+        )
         self.dynamic_stable_scale = dynamic_stable_scale
         self.weight_before_ready = weight_before_ready
         self.scale_down_delay_s = scale_down_delay_s
         self.abort_scale_down_delay_s = abort_scale_down_delay_s
-        self._period_s = float(period_s)
-        self._name = name or ("argo-style-dynamic" if dynamic_stable_scale else "argo-style")
         self._hpa = HPA(self.hpa_config)
         # the Rollout
         self.total: int | None = None  # spec.replicas, as the HPA sets it (T)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self
 
 from servectl.api import models
@@ -213,11 +213,27 @@ class Peer(TickDecider):
     """What both emulated peers share: the controller protocol's name and period, and a
     constructor from a scenario."""
 
-    _name: str
-    _period_s: float
-
-    def __init__(self, spec: models.RolloutSpec, **options: Any) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        spec: models.RolloutSpec,
+        *,
+        name: str,
+        hpa_config: hpa.HPAConfig | None,
+        min_replicas: int,
+        max_replicas: int,
+        service: str,
+        period_s: float,
+    ) -> None:
+        """The parts every peer has: the spec, its HPA (the benchmark's hpa baseline at
+        the scenario's bounds unless ``hpa_config``), the service name and the period."""
+        if not period_s > 0:
+            raise ValueError(f"period_s must be > 0, got {period_s}")
+        base = hpa_config or peer_hpa_config(min_replicas, max_replicas)
+        self.spec = spec
+        self.hpa_config = replace(base, min_replicas=min_replicas, max_replicas=max_replicas)
+        self.service = service
+        self._period_s = float(period_s)
+        self._name = name
 
     @classmethod
     def for_scenario(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from servectl.api import models
 from servectl.autoscaling import hpa
@@ -25,7 +25,6 @@ from servectl.backends.sim.peers.common import (
     Peer,
     initial_stable,
     metrics_error,
-    peer_hpa_config,
     phase_for,
     ready_of,
     snapshot_of,
@@ -233,12 +232,15 @@ class FlaggerStyle(Peer):
         primary_suffix: str = "-primary",
         name: str = "flagger-style",
     ) -> None:
-        if not period_s > 0:
-            raise ValueError(f"period_s must be > 0, got {period_s}")
-        base = hpa_config or peer_hpa_config(min_replicas, max_replicas)
-        self.spec = spec
-        self.hpa_config = replace(base, min_replicas=min_replicas, max_replicas=max_replicas)
-        self.service = service
+        super().__init__(
+            spec,
+            name=name,
+            hpa_config=hpa_config,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            service=service,
+            period_s=period_s,
+        )
         self.step_weight, self.max_weight = flagger_weights(spec)
         shared = spec.analysis or models.AnalysisSpec()
         self.interval_s = models.parse_duration(shared.interval)
@@ -252,8 +254,6 @@ class FlaggerStyle(Peer):
             else progress_deadline_s
         )
         self.primary_suffix = primary_suffix
-        self._period_s = float(period_s)
-        self._name = name
         self._primary_hpa = HPA(self.hpa_config)
         self._canary_hpa = HPA(self.hpa_config)
         self.primary: _Deployment | None = None
