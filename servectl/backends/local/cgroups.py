@@ -90,23 +90,32 @@ def _v2_controllers(mount: CgroupMount) -> frozenset[str]:
 
 
 def detect(mounts: Sequence[CgroupMount] | None = None) -> Setup:
-    """Where this process can limit replicas (``mounts``: the mount table, read if None)."""
+    """Where this process can limit replicas (``mounts``: the mount table, read if None).
+
+    Each candidate is tried for real: servectl's parent group is created and, on v2, the
+    controller enabled for its subtree (a v2 hierarchy whose root holds processes refuses
+    that, EBUSY). A candidate that fails is skipped with a note.
+    """
     found = read_cgroup_mounts() if mounts is None else list(mounts)
     chosen: dict[str, tuple[Path, int]] = {}
     notes: list[str] = []
     unified = [m for m in found if m.version == 2]
     for resource in ("cpu", "memory"):
         v1 = [m for m in found if m.version == 1 and resource in m.controllers]
-        for mount in v1:
-            if _writable_dir(Path(mount.mount_point)):
-                chosen[resource] = (Path(mount.mount_point) / PARENT, 1)
-                break
-        if resource in chosen:
-            continue
-        for mount in unified:
-            if resource in _v2_controllers(mount) and _writable_dir(Path(mount.mount_point)):
-                chosen[resource] = (Path(mount.mount_point) / PARENT, 2)
-                break
+        candidates = [(m, 1) for m in v1] + [
+            (m, 2) for m in unified if resource in _v2_controllers(m)
+        ]
+        for mount, version in candidates:
+            if not _writable_dir(Path(mount.mount_point)):
+                continue
+            parent = Path(mount.mount_point) / PARENT
+            try:
+                _ensure_parent(parent, version, resource)
+            except CgroupError as exc:
+                notes.append(f"cgroup v{version} {resource} unusable: {exc}")
+                continue
+            chosen[resource] = (parent, version)
+            break
         if resource in chosen:
             continue
         if v1:

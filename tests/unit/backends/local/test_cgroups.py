@@ -124,3 +124,14 @@ def test_a_real_quota_holds_a_busy_process_to_half_a_core() -> None:
     assert all(not d.exists() for d in group.dirs)
     # At most half a core (plus a tick of accounting); at least some of it.
     assert 0.1 < share <= 0.6, share
+
+
+def test_a_hierarchy_that_refuses_the_controller_is_skipped_with_a_note(tmp_path: Path) -> None:
+    """On v2 the controller must be enabled for servectl's subtree; a root that holds
+    processes refuses (EBUSY). Here the write fails too (the file is a directory)."""
+    mount = v2(tmp_path / "unified", "cpu memory")
+    (tmp_path / "unified" / "cgroup.subtree_control").unlink()
+    (tmp_path / "unified" / "cgroup.subtree_control").mkdir()
+    setup = cgroups.detect([mount])
+    assert not setup.limits_cpu and not setup.limits_memory
+    assert "cgroup v2 cpu unusable" in setup.describe()
