@@ -45,7 +45,6 @@ class SimBackend:
         self.statuses: list[tuple[float, models.ModelServiceStatus]] = []
         self.emitted: list[Event] = []
         self.starts: list[float] = []  # times of the START commands delivered
-        self.applied: list[tuple[float, Plan]] = []
         self._now = 0.0
 
     # ------------------------------------------------------------------ Backend
@@ -68,8 +67,6 @@ class SimBackend:
     def apply(self, plan: Plan, now: float) -> None:
         self.world.apply(now, plan)
         self.world.kill_due(int(now))
-        if self.keep_history:
-            self.applied.append((now, plan))
 
     def load_state(self) -> Any:
         if self._saved is not None:

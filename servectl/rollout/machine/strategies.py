@@ -51,14 +51,7 @@ def advance(
     """One cycle: move the rollout on from ``view``; return the new state and the intent."""
     hold = float(spec.drain_seconds)
     if state.phase is Phase.IDLE or state.canary is None:
-        return state, Intent(
-            stable=state.stable,
-            canary=None,
-            weights={state.stable: 100},
-            hold_s=hold,
-            phase=state.phase,
-            message=state.message,
-        )
+        return state, _settled(state, hold)
     if state.phase is Phase.COMPLETED:
         return state, _settled(state, hold)
     if state.phase is Phase.ABORTED:
