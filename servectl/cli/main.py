@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from servectl import __version__
-from servectl.cli import bench_cmd, simulate_cmd, spec_cmd
+from servectl.cli import bench_cmd, local_cmd, service_cmd, simulate_cmd, spec_cmd
 from servectl.cli.console import err, out
 from servectl.cli.exporter_cmd import exporter_app
 from servectl.cli.loadtest_cmd import loadtest
@@ -41,6 +41,12 @@ app.add_typer(metrics_app, name="metrics")
 app.add_typer(exporter_app, name="exporter")
 app.add_typer(crds_app, name="crds")
 # Commands in the order a new user meets them; groups follow them in --help.
+app.command()(local_cmd.up)
+service_cmd.register(app, rollout_app)
+app.command()(local_cmd.status)
+app.command()(local_cmd.down)
+app.command()(local_cmd.doctor)
+app.command(hidden=True)(local_cmd.controller)
 app.command()(simulate_cmd.simulate)
 app.command()(bench_cmd.bench)
 app.command()(spec_cmd.validate)

@@ -119,6 +119,16 @@ def find_prometheus(binary: str = DEFAULT_BINARY) -> str | None:
     return shutil.which(binary)
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is dead: it only waits to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _now() -> float:
     # Deadlines for waiting on a child process: this module is an I/O edge, not a policy.
     return time.monotonic()
@@ -173,12 +183,17 @@ class PrometheusServer:
         extra_scrape_configs: Sequence[Mapping[str, Any]] = (),
         retention: str = "1d",
         start_timeout_s: float = 30.0,
+        detach: bool = False,
     ) -> None:
         """``port=0`` picks a free loopback port at the first `start` and keeps it after.
 
         ``extra_scrape_configs`` are appended verbatim to ``scrape_configs`` (for jobs that
         need their own relabelling); ``rule_files`` are loaded with the config and
         evaluated every ``scrape_interval_s``.
+
+        ``detach=True`` (the local runtime): Prometheus runs in its own session, so it
+        outlives this process (a controller killed with ``kill -9`` and started again
+        finds it with :meth:`adopt`), and its pid is written to ``prometheus.pid``.
         """
         self.data_dir = Path(data_dir).resolve()
         self.scrape_interval_s = scrape_interval_s
@@ -190,7 +205,9 @@ class PrometheusServer:
         self._port = port
         self._jobs: set[str] = set()
         self._targets: tuple[ScrapeTarget, ...] = ()
+        self.detach = detach
         self._process: subprocess.Popen[bytes] | None = None
+        self._adopted_pid: int | None = None
         self._log_file: IO[bytes] | None = None
         _duration(scrape_interval_s)  # fail early on a bad interval
         self._targets_dir.mkdir(parents=True, exist_ok=True)
@@ -229,8 +246,45 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self._port}"
 
     @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "prometheus.pid"
+
+    @property
+    def pid(self) -> int | None:
+        if self._process is not None:
+            return self._process.pid
+        return self._adopted_pid
+
+    @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        if self._process is not None:
+            return self._process.poll() is None
+        return self._adopted_pid is not None and _alive(self._adopted_pid)
+
+    def adopt(self) -> bool:
+        """Take over a Prometheus a previous process started here with ``detach=True``
+        and left running: True when its pid (``prometheus.pid``) is alive and it serves
+        this data directory's TSDB on its recorded port."""
+        if self.running:
+            return True
+        try:
+            pid_text, port_text = self.pid_path.read_text().split()
+            pid, port = int(pid_text), int(port_text)
+        except (OSError, ValueError):
+            return False
+        if not _alive(pid):
+            return False
+        saved = self._port
+        self._port = port
+        try:
+            ours = self._serves_our_tsdb()
+        except (OSError, ValueError, PrometheusError):
+            ours = False
+        if not ours:
+            self._port = saved
+            return False
+        self._adopted_pid = pid
+        return True
 
     @property
     def targets_configured(self) -> tuple[ScrapeTarget, ...]:
@@ -328,7 +382,10 @@ class PrometheusServer:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             cwd=self.data_dir,
+            start_new_session=self.detach,
         )
+        if self.detach:
+            _write_atomic(self.pid_path, f"{self._process.pid} {self._port}\n")
         try:
             self._wait_ready(self.start_timeout_s)
         except BaseException:
@@ -367,6 +424,14 @@ class PrometheusServer:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM (Prometheus flushes and closes the TSDB), then SIGKILL after timeout_s."""
         process, self._process = self._process, None
+        adopted, self._adopted_pid = self._adopted_pid, None
+        if adopted is not None and _alive(adopted):
+            os.kill(adopted, signal.SIGTERM)
+            deadline = _now() + timeout_s
+            while _alive(adopted) and _now() < deadline:
+                time.sleep(_POLL_S)
+            if _alive(adopted):
+                os.kill(adopted, signal.SIGKILL)
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:

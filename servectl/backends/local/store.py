@@ -83,6 +83,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         )""",
         "CREATE INDEX rollouts_by_service ON rollouts (service_id, id)",
     ),
+    # 2: what the local runtime keeps per service (front ports, revisions as applied,
+    # draining replicas) and runtime-wide settings (its own ports).
+    (
+        """CREATE TABLE runtime (
+            service_id INTEGER PRIMARY KEY REFERENCES services (id) ON DELETE CASCADE,
+            data TEXT NOT NULL,
+            updated REAL NOT NULL
+        )""",
+        """CREATE TABLE settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+    ),
 )
 """The schema, in order: a database at ``user_version`` v gets ``MIGRATIONS[v:]``. Append
 only; never edit a released step."""
@@ -363,6 +376,56 @@ class Store:
             (namespace, name),
         )
         return str(rows[0][0]) if rows else None
+
+    def put_runtime(
+        self, namespace: str, name: str, data: Mapping[str, Any], *, now: float | None = None
+    ) -> None:
+        """Save the runtime's own record of the service (ports, revisions as applied)."""
+        text = _dumps(data, f"runtime record of {namespace}/{name}")
+        now = time.time() if now is None else now
+        with self._write() as conn:
+            sid = self._service_id(conn, namespace, name)
+            conn.execute(
+                "INSERT INTO runtime (service_id, data, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT (service_id) DO UPDATE SET data = excluded.data, "
+                "updated = excluded.updated",
+                (sid, text, now),
+            )
+
+    def get_runtime(self, namespace: str, name: str) -> dict[str, Any] | None:
+        rows = self._read(
+            "SELECT r.data FROM runtime r JOIN services s ON s.id = r.service_id "
+            "WHERE s.namespace = ? AND s.name = ?",
+            (namespace, name),
+        )
+        return _loads_object(rows[0][0], f"runtime record of {namespace}/{name}") if rows else None
+
+    def all_runtime(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every service's runtime record, by (namespace, name)."""
+        rows = self._read(
+            "SELECT s.namespace, s.name, r.data FROM runtime r "
+            "JOIN services s ON s.id = r.service_id"
+        )
+        return {
+            (str(r[0]), str(r[1])): _loads_object(r[2], f"runtime record of {r[0]}/{r[1]}")
+            for r in rows
+        }
+
+    # ---- settings -----------------------------------------------------------------------
+
+    def put_setting(self, key: str, value: Any) -> None:
+        text = _dumps(value, f"setting {key}")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO settings (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, text),
+            )
+
+    def get_setting(self, key: str) -> Any:
+        """The setting's value, or None when unset."""
+        rows = self._read("SELECT value FROM settings WHERE key = ?", (key,))
+        return json.loads(rows[0][0]) if rows else None
 
     # ---- events -------------------------------------------------------------------------
 

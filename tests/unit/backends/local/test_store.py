@@ -416,3 +416,31 @@ def test_kill_9_loses_nothing_acknowledged(db: Path) -> None:
         events = {f"e{e.id}" for e in s.events(NS, NAME, limit=10_000)}
         missing = [a for a in acked if a not in commands | events]
         assert missing == []
+
+
+def test_runtime_records_and_settings(store: Store) -> None:
+    assert store.get_runtime(NS, NAME) is None
+    store.put_runtime(NS, NAME, {"restPort": 8501, "grpcPort": 8500}, now=2.0)
+    store.put_runtime(NS, NAME, {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}, now=3.0)
+    assert store.get_runtime(NS, NAME) == {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}
+    assert store.all_runtime() == {(NS, NAME): {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}}
+    with pytest.raises(StoreError, match="no ModelService default/other"):
+        store.put_runtime(NS, "other", {})
+    assert store.get_setting("ports") is None
+    store.put_setting("ports", {"prometheus": 9090})
+    store.put_setting("ports", {"prometheus": 9091})
+    assert store.get_setting("ports") == {"prometheus": 9091}
+    # Deleting the service deletes its runtime record; settings are the runtime's own.
+    store.delete_service(NS, NAME)
+    assert store.all_runtime() == {}
+    assert store.get_setting("ports") == {"prometheus": 9091}
+
+
+def test_a_schema_1_store_is_upgraded_keeping_its_services(db: Path) -> None:
+    with Store.open(db, migrations=store_mod.MIGRATIONS[:1]) as s:
+        s.put_spec(NS, NAME, SPEC)
+    with Store.open(db) as s:
+        assert s.schema_version == 2
+        assert s.get_spec(NS, NAME) is not None
+        s.put_runtime(NS, NAME, {"restPort": 1, "grpcPort": 2})
+        assert s.get_runtime(NS, NAME) == {"restPort": 1, "grpcPort": 2}

@@ -1,0 +1,544 @@
+"""One ModelService on this machine as a :class:`~servectl.controller.backend.Backend`.
+
+The runtime (:mod:`servectl.backends.local.runtime`) builds one :class:`LocalBackend` per
+service per tick, hands it what the tick read once for every service (the supervisor's
+replicas, HAProxy's routes, one Prometheus snapshot), and runs ``reconcile_once`` on it:
+
+- **observe**: each revision the runtime keeps for the service (:class:`ServiceRecord`:
+  the replicas and weights last applied), its replicas as the supervisor sees them
+  (ready: the model version is AVAILABLE and HAProxy routes to it), the weights HAProxy
+  applies now, and the metrics;
+- **commands**: the user's rollout commands from the store's queue (taken once);
+- **apply**: starts replicas a revision lacks and marks the ones it has too many of as
+  draining; the runtime then takes a draining replica out of HAProxy, waits for its
+  in-flight requests (up to ``drainSeconds``) and only then stops it (SIGTERM, then
+  SIGKILL after the grace period). Weights and the header route are recorded here and
+  applied to HAProxy by the runtime once per tick for every service;
+- state, status and events go to the SQLite store, so a controller killed at any moment
+  starts again at the same step with the same weights.
+
+The pure part — which replicas to start and which to drain, the route HAProxy should run —
+is in functions (:func:`scale_revision`, :func:`desired_route`, :func:`drained`) that the
+tests drive without processes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from servectl.api import models
+from servectl.api.models import ModelServiceStatus, RolloutPhase
+from servectl.backends.local import router as router_mod
+from servectl.backends.local import supervisor as sup
+from servectl.backends.local.store import Store
+from servectl.controller import state as state_codec
+from servectl.controller.backend import Event, EventReason
+from servectl.controller.decide import Command
+from servectl.controller.observe import RevisionState, observe
+from servectl.metrics.assemble import MetricsSnapshot
+from servectl.metrics.source import PrometheusSource
+from servectl.planning.types import Observed, Plan
+from servectl.rollout.machine import Op
+
+#: Phases a replica can be in before it serves (the loop counts them as starting).
+_NOT_YET = (sup.Phase.STARTING, sup.Phase.NOT_READY, sup.Phase.BACKOFF)
+_VERSION_DIR = re.compile(r"^[0-9]+$")
+_TERMINAL = frozenset({RolloutPhase.COMPLETED, RolloutPhase.ABORTED})
+
+
+# ------------------------------------------------------------------------ the record
+
+
+@dataclass(frozen=True)
+class RevisionRecord:
+    """One revision as last applied: its version, replica count and weight."""
+
+    version: int
+    replicas: int
+    weight: int
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """What the runtime keeps per service in the store (``runtime`` table), besides the
+    spec, status and loop state: its front ports, revisions as applied, the header
+    route, replicas draining (pod -> when the drain began, wall clock), and the next
+    replica ordinal (pod names are ``<revision>-<ordinal>``, never reused)."""
+
+    rest_port: int
+    grpc_port: int
+    revisions: Mapping[str, RevisionRecord] = field(default_factory=dict)
+    header: str | None = None
+    draining: Mapping[str, float] = field(default_factory=dict)
+    next_ordinal: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "restPort": self.rest_port,
+            "grpcPort": self.grpc_port,
+            "revisions": {
+                name: {"version": r.version, "replicas": r.replicas, "weight": r.weight}
+                for name, r in sorted(self.revisions.items())
+            },
+            "header": self.header,
+            "draining": dict(sorted(self.draining.items())),
+            "nextOrdinal": self.next_ordinal,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServiceRecord:
+        return cls(
+            rest_port=int(data["restPort"]),
+            grpc_port=int(data["grpcPort"]),
+            revisions={
+                str(name): RevisionRecord(
+                    version=int(r["version"]), replicas=int(r["replicas"]), weight=int(r["weight"])
+                )
+                for name, r in dict(data.get("revisions", {})).items()
+            },
+            header=data.get("header"),
+            draining={str(k): float(v) for k, v in dict(data.get("draining", {})).items()},
+            next_ordinal=int(data.get("nextOrdinal", 0)),
+        )
+
+
+# ------------------------------------------------------------------------ model versions
+
+
+class ModelPathError(ValueError):
+    """A model path or version that cannot be served; the message names the field."""
+
+
+def versions_on_disk(base_path: Path) -> list[int]:
+    """The numbered version directories under ``base_path`` that hold a SavedModel."""
+    try:
+        entries = list(base_path.iterdir())
+    except FileNotFoundError:
+        raise ModelPathError(
+            f"spec.model.basePath: {base_path} does not exist; export a SavedModel there "
+            "(<basePath>/<version>/saved_model.pb), e.g. `servectl model export-demo DIR`"
+        ) from None
+    except NotADirectoryError:
+        raise ModelPathError(
+            f"spec.model.basePath: {base_path} is a file; give the directory that holds the "
+            "numbered version directories"
+        ) from None
+    except OSError as exc:
+        raise ModelPathError(f"spec.model.basePath: cannot read {base_path}: {exc}") from None
+    return sorted(
+        int(e.name)
+        for e in entries
+        if _VERSION_DIR.match(e.name) and (e / "saved_model.pb").is_file()
+    )
+
+
+def check_version(base_path: Path, version: int | None, *, field: str = "spec.model") -> int:
+    """The version to serve (the latest when None); raises :class:`ModelPathError` naming
+    ``field`` when it is not on disk."""
+    versions = versions_on_disk(base_path)
+    if not versions:
+        raise ModelPathError(
+            f"{field}.basePath: no version under {base_path}: TF Serving needs numbered "
+            f"directories with a SavedModel in each ({base_path}/1/saved_model.pb)"
+        )
+    if version is None:
+        return versions[-1]
+    if version not in versions:
+        have = ", ".join(str(v) for v in versions)
+        raise ModelPathError(
+            f"{field}.version: version {version} is not under {base_path} (it has {have}); "
+            f"export it to {base_path}/{version}/ or pick one of those"
+        )
+    return version
+
+
+# ------------------------------------------------------------------------ pure decisions
+
+
+def pod_name(revision: str, ordinal: int) -> str:
+    return f"{revision}-{ordinal}"
+
+
+def _victim_order(replica: sup.Replica) -> tuple[int, int]:
+    """Scale-down order: replicas that do not serve yet go first, then the newest."""
+    serving = 1 if replica.phase is sup.Phase.READY else 0
+    ordinal = int(replica.spec.pod.rsplit("-", 1)[1]) if "-" in replica.spec.pod else 0
+    return (serving, -ordinal)
+
+
+def scale_revision(
+    replicas: Sequence[sup.Replica], draining: Iterable[str], target: int
+) -> tuple[int, list[str]]:
+    """How many replicas to start and which to drain so the revision has ``target``
+    replicas that are not leaving (``replicas``: the revision's, from the supervisor)."""
+    leaving = set(draining)
+    staying = [
+        r for r in replicas if r.spec.pod not in leaving and r.phase is not sup.Phase.STOPPING
+    ]
+    if len(staying) < target:
+        return target - len(staying), []
+    excess = sorted(staying, key=_victim_order)[: len(staying) - target]
+    return 0, [r.spec.pod for r in excess]
+
+
+def desired_route(
+    namespace: str,
+    name: str,
+    record: ServiceRecord,
+    replicas: Sequence[sup.Replica],
+    match: router_mod.Match | None,
+) -> router_mod.ServiceRoute:
+    """The route HAProxy should run for the service: each revision's weight, its READY
+    replicas as endpoints, draining ones marked draining (no new requests). A replica
+    that is not READY is never routed to."""
+    by_revision: dict[str, list[router_mod.Endpoint]] = {}
+    for replica in replicas:
+        if replica.rest_port is None or replica.grpc_port is None:
+            continue
+        pod = replica.spec.pod
+        draining = pod in record.draining
+        if replica.phase is not sup.Phase.READY and not draining:
+            continue
+        if replica.phase is sup.Phase.STOPPING:
+            continue
+        by_revision.setdefault(replica.spec.revision, []).append(
+            router_mod.Endpoint(pod, replica.rest_port, replica.grpc_port, draining=draining)
+        )
+    names = set(record.revisions) | set(by_revision)
+    revisions = tuple(
+        router_mod.RevisionRoute(
+            name=rev,
+            weight=record.revisions[rev].weight if rev in record.revisions else 0,
+            endpoints=tuple(sorted(by_revision.get(rev, []), key=lambda e: e.name)),
+        )
+        for rev in sorted(names)
+    )
+    header = None
+    if match is not None and record.header is not None:
+        header = replace(match, revision=record.header)
+    return router_mod.ServiceRoute(
+        namespace=namespace,
+        service=name,
+        rest_port=record.rest_port,
+        grpc_port=record.grpc_port,
+        revisions=revisions,
+        match=header,
+    )
+
+
+def drained(
+    record: ServiceRecord,
+    replicas: Mapping[str, sup.Replica],
+    inflight: Mapping[str, int],
+    routed: Iterable[str],
+    now: float,
+    drain_s: float,
+) -> list[str]:
+    """The draining replicas to stop now: those HAProxy no longer sends new requests to
+    with nothing in flight, those that never served, and those past ``drain_s``."""
+    still_routed = set(routed)
+    stop = []
+    for pod, since in sorted(record.draining.items()):
+        replica = replicas.get(pod)
+        if replica is None or replica.phase is sup.Phase.STOPPING:
+            continue
+        if (
+            replica.phase is not sup.Phase.READY  # never took a request (or is dead)
+            or now - since >= drain_s
+            or (pod not in still_routed and inflight.get(pod, 0) == 0)
+        ):
+            stop.append(pod)
+    return stop
+
+
+def match_of(spec: models.ModelServiceSpec) -> router_mod.Match | None:
+    """The A/B or blue/green preview match of the spec, as a router match (its revision
+    is filled per tick from the plan's header route)."""
+    rollout = spec.rollout
+    if rollout is None:
+        return None
+    header: models.HeaderMatch | None = None
+    cookie: models.CookieMatch | None = None
+    if rollout.ab_test is not None:
+        header, cookie = rollout.ab_test.match.header, rollout.ab_test.match.cookie
+    elif rollout.blue_green is not None:
+        header = rollout.blue_green.preview_header
+    if header is not None:
+        return router_mod.Match("header", header.name, header.value, revision="")
+    if cookie is not None:
+        return router_mod.Match("cookie", cookie.name, cookie.value, revision="")
+    return None
+
+
+# ------------------------------------------------------------------------ the backend
+
+
+@dataclass
+class TickView:
+    """What the runtime read once this tick, shared by every service's backend."""
+
+    replicas: Sequence[sup.Replica]
+    routes: Mapping[tuple[str, str], router_mod.ServiceRoute]
+    metrics: MetricsSnapshot
+    source: PrometheusSource | None = None
+
+
+class LocalBackend:
+    """One ModelService in the local runtime, for one ``reconcile_once``."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        service: models.ModelService,
+        record: ServiceRecord,
+        view: TickView,
+        supervisor: sup.Supervisor,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.service = service
+        self.namespace = service.metadata.namespace
+        self.name = service.metadata.name
+        self.record = record
+        self.view = view
+        self.supervisor = supervisor
+        self._wall = wall_clock
+        self._state_loaded: Any = None
+        self.errors: list[str] = []  # what apply could not do, for the runtime's log
+
+    # -- helpers
+
+    def own_replicas(self) -> list[sup.Replica]:
+        return [
+            r
+            for r in self.view.replicas
+            if r.spec.namespace == self.namespace and r.spec.service == self.name
+        ]
+
+    def _routed(self) -> dict[str, router_mod.Endpoint]:
+        route = self.view.routes.get((self.namespace, self.name))
+        if route is None:
+            return {}
+        return {e.name: e for rev in route.revisions for e in rev.endpoints}
+
+    def revision_states(self) -> list[RevisionState]:
+        route = self.view.routes.get((self.namespace, self.name))
+        weights = {r.name: r.weight for r in route.revisions} if route is not None else None
+        routed = self._routed()
+        mine = self.own_replicas()
+        states = []
+        for rev, applied in sorted(self.record.revisions.items()):
+            pods = [r for r in mine if r.spec.revision == rev]
+            draining = [r for r in pods if r.spec.pod in self.record.draining]
+            ready = [
+                r
+                for r in pods
+                if r.phase is sup.Phase.READY
+                and r.spec.pod not in self.record.draining
+                and (route is None or (r.spec.pod in routed and not routed[r.spec.pod].draining))
+            ]
+            starting = [
+                r for r in pods if r.phase in _NOT_YET and r.spec.pod not in self.record.draining
+            ]
+            weight = weights.get(rev, 0) if weights is not None else applied.weight
+            states.append(
+                RevisionState(
+                    name=rev,
+                    version=applied.version,
+                    desired=applied.replicas,
+                    ready=len(ready),
+                    starting=len(starting),
+                    draining=len(draining),
+                    weight=weight,
+                    available=bool(ready),
+                )
+            )
+        return states
+
+    # -- Backend
+
+    def observe(self, now: float) -> Observed:
+        spec = self.service.spec
+        custom: dict[str, tuple[float | None, float | None]] = {}
+        canary, stable = self._rollout_revisions()
+        rollout = spec.rollout
+        source = self.view.source
+        if rollout is not None and canary is not None and source is not None:
+            checks = [c for c in _all_checks(rollout) if c.query is not None]
+            if checks:
+                custom, _problems = source.custom_checks(
+                    checks,
+                    namespace=self.namespace,
+                    service=self.name,
+                    revision=canary,
+                    stable=stable,
+                    at=self.view.metrics.time,
+                )
+        return observe(
+            now,
+            self.view.metrics,
+            self.revision_states(),
+            namespace=self.namespace,
+            service=self.name,
+            min_replicas=spec.autoscaling.min_replicas,
+            max_replicas=spec.autoscaling.max_replicas,
+            header_revision=self.record.header,
+            custom=custom,
+        )
+
+    def _rollout_revisions(self) -> tuple[str | None, str | None]:
+        state = self.load_state()
+        if state is None or not hasattr(state, "rollout"):
+            return None, None
+        name = self.name
+
+        def rev(version: int | None) -> str | None:
+            return None if version is None else f"{name}-v{version}"
+
+        return rev(state.rollout.canary), rev(state.rollout.stable)
+
+    def commands(self, now: float) -> list[Command]:
+        taken = self.store.take_commands(self.namespace, self.name, now=self._wall())
+        commands = []
+        for queued in taken:
+            try:
+                commands.append(Command(Op(queued.op), queued.version))
+            except ValueError:
+                self.errors.append(f"unknown command {queued.op!r} ignored")
+        return commands
+
+    def apply(self, plan: Plan, now: float) -> None:
+        wall = self._wall()
+        mine = self.own_replicas()
+        draining = dict(self.record.draining)
+        ordinal = self.record.next_ordinal
+        revisions = {
+            r.name: RevisionRecord(version=r.version, replicas=r.replicas, weight=r.weight)
+            for r in plan.revisions
+        }
+        for rev in sorted(set(revisions) | {r.spec.revision for r in mine}):
+            pods = [r for r in mine if r.spec.revision == rev]
+            target = revisions[rev].replicas if rev in revisions else 0
+            start, drain = scale_revision(pods, draining, target)
+            for pod in drain:
+                draining[pod] = wall
+            for _ in range(start):
+                version = revisions[rev].version
+                try:
+                    self.supervisor.start(self.replica_spec(rev, version, pod_name(rev, ordinal)))
+                except (sup.SupervisorError, OSError) as exc:
+                    self.errors.append(f"{rev}: cannot start a replica: {exc}")
+                    break
+                ordinal += 1
+        self.record = replace(
+            self.record,
+            revisions=revisions,
+            header=plan.header_revision,
+            draining=draining,
+            next_ordinal=ordinal,
+        )
+        self.store.put_runtime(self.namespace, self.name, self.record.to_dict(), now=wall)
+
+    def replica_spec(self, revision: str, version: int, pod: str) -> sup.ReplicaSpec:
+        spec = self.service.spec
+        resources = spec.runtime.resources
+        batching = spec.runtime.batching
+        return sup.ReplicaSpec(
+            namespace=self.namespace,
+            service=self.name,
+            revision=revision,
+            pod=pod,
+            model_name=spec.model.name,
+            base_path=Path(spec.model.base_path),
+            version=version,
+            cpu_cores=resources.cpu_cores(),
+            memory_bytes=resources.memory_bytes(),
+            batching=(
+                (batching.max_batch_size, batching.batch_timeout_micros)
+                if batching is not None
+                else None
+            ),
+        )
+
+    def load_state(self) -> Any:
+        if self._state_loaded is None:
+            text = self.store.get_loop_state(self.namespace, self.name)
+            self._state_loaded = state_codec.loads(text) if text is not None else None
+        return self._state_loaded
+
+    def save_state(self, state: Any) -> None:
+        self._state_loaded = state
+        self.store.put_loop_state(self.namespace, self.name, state_codec.dumps(state))
+
+    def load_status(self) -> ModelServiceStatus | None:
+        data = self.store.get_status(self.namespace, self.name)
+        return ModelServiceStatus.model_validate(data) if data is not None else None
+
+    def write_status(self, status: ModelServiceStatus) -> None:
+        previous = self.store.get_status(self.namespace, self.name)
+        doc = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self.store.put_status(self.namespace, self.name, doc, now=self._wall())
+        self._record_rollout(previous, status)
+
+    def _record_rollout(
+        self, previous: Mapping[str, Any] | None, status: ModelServiceStatus
+    ) -> None:
+        rollout = status.rollout
+        if rollout is None or rollout.phase not in _TERMINAL:
+            return
+        before = (previous or {}).get("rollout") or {}
+        if before.get("phase") == str(rollout.phase):
+            return
+        self.store.append_rollout(
+            self.namespace,
+            self.name,
+            rollout.model_dump(mode="json", by_alias=True, exclude_none=True),
+            now=self._wall(),
+        )
+
+    def emit(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        self.store.append_events(
+            self.namespace,
+            self.name,
+            [
+                {
+                    "time": e.time if math.isfinite(e.time) else self._wall(),
+                    "type": str(e.type),
+                    "reason": str(e.reason),
+                    "message": e.message,
+                }
+                for e in events
+            ],
+        )
+
+
+def _all_checks(rollout: models.RolloutSpec) -> list[models.AnalysisCheck]:
+    checks = list(rollout.analysis.checks) if rollout.analysis is not None else []
+    for step in rollout.steps:
+        if step.analysis is not None and step.analysis.checks:
+            checks.extend(step.analysis.checks)
+    return checks
+
+
+__all__ = [
+    "EventReason",
+    "LocalBackend",
+    "ModelPathError",
+    "RevisionRecord",
+    "ServiceRecord",
+    "TickView",
+    "check_version",
+    "desired_route",
+    "drained",
+    "match_of",
+    "scale_revision",
+    "versions_on_disk",
+]

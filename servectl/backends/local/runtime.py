@@ -1,0 +1,685 @@
+"""The local runtime's controller: every piece ``servectl up`` starts, and the 1 s loop.
+
+One :class:`Runtime` owns, under one state directory::
+
+    state.db          the SQLite store (specs, status, loop state, events, commands)
+    replicas/<pod>/   the supervisor's files per replica (config, record)
+    logs/<pod>.log    each replica's output
+    replicas.json     the replica registry the CPU/GPU exporter reads
+    haproxy/          the router: HAProxy's config, maps, sockets and log
+    prometheus/       a real Prometheus: config, file-SD targets, TSDB
+    controller.pid    the controller's pid (``servectl up`` / ``down``)
+    controller.log    what the controller said
+
+Each :meth:`Runtime.tick` (one wall-clock ``now``):
+
+1. polls the supervisor (readiness, restarts, kill deadlines) and makes sure HAProxy and
+   Prometheus run (restarting them, routes re-applied level-triggered);
+2. reads HAProxy's routes and one Prometheus snapshot for every service at once;
+3. runs ``reconcile_once`` with a :class:`~servectl.backends.local.backend.LocalBackend`
+   per service (a service that fails is reported in its events, the others go on);
+4. stops the draining replicas that have finished, then applies every service's route to
+   HAProxy (runtime API) and the scrape targets to Prometheus (file discovery).
+
+Everything the loop needs survives a ``kill -9`` of the controller: the replicas, HAProxy
+and Prometheus run in their own sessions and are adopted by the next controller; specs,
+loop state and per-service records are in the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from servectl.api import models
+from servectl.api.models import ConditionStatus
+from servectl.autoscaling import policy as policy_mod
+from servectl.backends.local import cgroups
+from servectl.backends.local import router as router_mod
+from servectl.backends.local import supervisor as sup
+from servectl.backends.local.backend import (
+    LocalBackend,
+    ModelPathError,
+    RevisionRecord,
+    ServiceRecord,
+    TickView,
+    check_version,
+    desired_route,
+    drained,
+    match_of,
+)
+from servectl.backends.local.store import Store
+from servectl.controller import reconcile
+from servectl.controller.spec import PolicySpecError, policy_for, service_spec
+from servectl.metrics.assemble import MetricsSnapshot
+from servectl.metrics.config import MetricsConfig
+from servectl.metrics.server import PrometheusError, PrometheusServer, ScrapeTarget
+from servectl.metrics.source import PrometheusSource
+
+log = logging.getLogger("servectl.runtime")
+
+TICK_S = 1.0
+STOP_GRACE_S = 30.0
+"""SIGTERM to SIGKILL for a replica being stopped (Kubernetes' default grace period)."""
+FIRST_REST_PORT = 8501
+"""Services get REST ports 8501, 8503, ... and gRPC ports 8500, 8502, ... (TF Serving's
+defaults for the first), the first free pair at deploy time, kept for the service's life."""
+LOCAL_METRICS = MetricsConfig(rateWindow="5s", timeoutSeconds=2.0, staleAfterSeconds=15.0)
+"""Rates over 5 s (five 1 s scrapes): a load step shows within a few seconds."""
+
+JOB_SERVING = "servectl-tf-serving"
+JOB_EXPORTER = "servectl-exporter"
+JOB_HAPROXY = "servectl-haproxy"
+
+
+def default_state_dir() -> Path:
+    """``$SERVECTL_STATE_DIR``, else ``~/.servectl``."""
+    env = os.environ.get("SERVECTL_STATE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".servectl"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def allocate_front_ports(
+    taken: Iterable[int], *, first_rest: int = FIRST_REST_PORT
+) -> tuple[int, int]:
+    """The first (REST, gRPC) pair from ``first_rest`` up that no service has and that
+    is free on this machine."""
+    used = set(taken)
+    rest = first_rest
+    while rest < 65535:
+        grpc = rest - 1
+        if rest not in used and grpc not in used and port_free(rest) and port_free(grpc):
+            return rest, grpc
+        rest += 2
+    raise OSError("no free pair of ports for the service's front end")
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def store(self) -> Path:
+        return self.root / "state.db"
+
+    @property
+    def replicas(self) -> Path:
+        return self.root / "replicas"
+
+    @property
+    def haproxy(self) -> Path:
+        return self.root / "haproxy"
+
+    @property
+    def prometheus(self) -> Path:
+        return self.root / "prometheus"
+
+    @property
+    def pid(self) -> Path:
+        return self.root / "controller.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "controller.log"
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "replicas.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+
+@dataclass
+class TickReport:
+    """What one tick did, for ``servectl status`` and the tests."""
+
+    time: float
+    seconds: float = 0.0
+    services: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+    router_restarted: bool = False
+    prometheus_restarted: bool = False
+
+
+@dataclass
+class _Decider:
+    generation: int
+    loop: reconcile.ServectlLoop
+
+
+class Runtime:
+    """The local runtime under ``state_dir``. ``start()`` brings up (or adopts) HAProxy,
+    Prometheus and the exporter; ``tick()`` runs one loop pass; ``run()`` ticks until
+    stopped; ``shutdown()`` stops everything."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        tick_s: float = TICK_S,
+        metrics: MetricsConfig = LOCAL_METRICS,
+        server_command: list[str] | None = None,
+        clock: Callable[[], float] = time.time,
+        haproxy_binary: str = "haproxy",
+        prometheus_binary: str = "prometheus",
+    ) -> None:
+        self.paths = Paths(Path(state_dir).expanduser().resolve())
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.tick_s = tick_s
+        self.metrics_config = metrics
+        self.clock = clock
+        self.store = Store.open(self.paths.store)
+        self.cgroups = cgroups.detect()
+        self.supervisor = sup.Supervisor(
+            self.paths.root, cgroups=self.cgroups, command=server_command
+        )
+        ports = self._ports()
+        self.router = router_mod.Router(
+            self.paths.haproxy, stats_port=ports["haproxy_stats"], binary=haproxy_binary
+        )
+        self.prometheus = PrometheusServer(
+            self.paths.prometheus,
+            port=ports["prometheus"],
+            scrape_interval_s=1.0,
+            binary=prometheus_binary,
+            detach=True,
+        )
+        self.exporter_port = ports["exporter"]
+        self._exporter: Any = None
+        self._source: PrometheusSource | None = None
+        self._targets: tuple[ScrapeTarget, ...] | None = None
+        self._deciders: dict[tuple[str, str], _Decider] = {}
+        self.last: TickReport | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _ports(self) -> dict[str, int]:
+        """Ports of the runtime's own pieces, picked once and kept in the store."""
+        ports = dict(self.store.get_setting("ports") or {})
+        changed = False
+        for key in ("haproxy_stats", "prometheus", "exporter"):
+            if key not in ports:
+                ports[key] = free_port()
+                changed = True
+        if changed:
+            self.store.put_setting("ports", ports)
+        return {k: int(v) for k, v in ports.items()}
+
+    def start(self) -> None:
+        """Start or adopt HAProxy and Prometheus, and serve the exporter."""
+        if not self.router.running:
+            self.router.start()
+        if not self.prometheus.adopt():
+            self.prometheus.start()
+        self._source = PrometheusSource(self.prometheus.url, self.metrics_config)
+        self._start_exporter()
+        self._sync_targets()
+        self.store.put_setting(
+            "controller",
+            {"pid": os.getpid(), "started": self.clock(), "stateDir": str(self.paths.root)},
+        )
+
+    def _start_exporter(self) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from servectl.metrics.exporters import serve
+        from servectl.metrics.exporters.cgroup import CpuCollector
+        from servectl.metrics.exporters.replicas import ReplicaFile, ReplicaFileCollector
+
+        def warn(message: str) -> None:
+            log.warning("exporter: %s", message)
+
+        source = ReplicaFile(self.paths.registry, warn=warn)
+        registry = CollectorRegistry()
+        registry.register(CpuCollector(source, warn=warn))
+        registry.register(ReplicaFileCollector(source))
+        try:
+            from servectl.metrics.exporters.gpu import GpuCollector, NoGPU
+
+            registry.register(GpuCollector(source, warn=warn))
+        except NoGPU:
+            pass
+        except ImportError:  # pragma: no cover - no NVML bindings
+            pass
+        self._exporter, _url = serve.start(registry, "127.0.0.1", self.exporter_port)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Tick every ``tick_s`` until :meth:`request_stop` (or SIGTERM/SIGINT in the CLI)."""
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            self.tick()
+            next_tick += self.tick_s
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # a slow tick: start the next one now, do not pile up
+                next_tick = time.monotonic()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def tick(self) -> TickReport:
+        started = time.monotonic()
+        now = self.clock()
+        report = TickReport(time=now)
+        self.supervisor.poll()
+        report.router_restarted = self._ensure_router()
+        report.prometheus_restarted = self._ensure_prometheus()
+        services = {(s.namespace, s.name): s for s in self.store.list_services()}
+        records = self.store.all_runtime()
+        routes = self._actual_routes()
+        parsed: dict[tuple[str, str], models.ModelService] = {}
+        for key, row in services.items():
+            try:
+                parsed[key] = models.ModelService.model_validate(row.spec)
+            except ValueError as exc:
+                report.errors["/".join(key)] = f"spec no longer valid: {exc}"
+        for key, service in parsed.items():
+            if key not in records:
+                record = self._bootstrap(service, records)
+                if record is not None:
+                    records[key] = record.to_dict()
+        view = TickView(
+            replicas=self.supervisor.replicas(),
+            routes=routes,
+            metrics=self._snapshot(parsed, records),
+            source=self._source,
+        )
+        new_records: dict[tuple[str, str], ServiceRecord] = {}
+        for key, service in parsed.items():
+            if key not in records:
+                continue
+            record = ServiceRecord.from_dict(records[key])
+            try:
+                new_records[key] = self._reconcile(service, record, view, now, services[key])
+            except Exception as exc:  # one service's failure must not stop the others
+                log.error("%s/%s: %s\n%s", *key, exc, traceback.format_exc())
+                report.errors["/".join(key)] = f"{type(exc).__name__}: {exc}"
+                new_records[key] = record
+        self._retire_deleted(set(parsed))
+        self._finish_drains(parsed, new_records, now)
+        self._apply_routes(parsed, new_records)
+        self._sync_targets()
+        report.services = len(parsed)
+        report.seconds = time.monotonic() - started
+        self.last = report
+        self.store.put_setting(
+            "heartbeat",
+            {
+                "pid": os.getpid(),
+                "time": now,
+                "tickSeconds": round(report.seconds, 4),
+                "services": report.services,
+                "errors": report.errors,
+            },
+        )
+        return report
+
+    def _bootstrap(
+        self, service: models.ModelService, records: Mapping[tuple[str, str], Mapping[str, Any]]
+    ) -> ServiceRecord | None:
+        """A new service: its front ports and its first revision at minReplicas."""
+        meta, spec = service.metadata, service.spec
+        try:
+            version = check_version(Path(spec.model.base_path), spec.model.version)
+        except ModelPathError as exc:
+            self.store.append_events(
+                meta.namespace,
+                meta.name,
+                [
+                    {
+                        "time": self.clock(),
+                        "type": "Warning",
+                        "reason": "ModelNotFound",
+                        "message": str(exc),
+                    }
+                ],
+            )
+            return None
+        taken = [p for r in records.values() for p in (int(r["restPort"]), int(r["grpcPort"]))]
+        rest, grpc = allocate_front_ports(taken)
+        revision = service_spec(service).revision_name(version)
+        record = ServiceRecord(
+            rest_port=rest,
+            grpc_port=grpc,
+            revisions={
+                revision: RevisionRecord(
+                    version=version, replicas=spec.autoscaling.min_replicas, weight=100
+                )
+            },
+        )
+        self.store.put_runtime(meta.namespace, meta.name, record.to_dict(), now=self.clock())
+        return record
+
+    def _decider(self, service: models.ModelService, generation: int) -> reconcile.ServectlLoop:
+        key = (service.metadata.namespace, service.metadata.name)
+        cached = self._deciders.get(key)
+        if cached is not None and cached.generation == generation:
+            return cached.loop
+        library = {
+            name: models.ScalingPolicy.model_validate(doc)
+            for name, doc in (self.store.get_setting("policies") or {}).items()
+        }
+        policy: policy_mod.Policy = policy_for(service, library)
+        loop = reconcile.ServectlLoop(service_spec(service), policy)
+        self._deciders[key] = _Decider(generation, loop)
+        return loop
+
+    def _reconcile(
+        self,
+        service: models.ModelService,
+        record: ServiceRecord,
+        view: TickView,
+        now: float,
+        row: Any,
+    ) -> ServiceRecord:
+        try:
+            decider = self._decider(service, row.generation)
+        except PolicySpecError as exc:
+            raise RuntimeError(str(exc)) from exc
+        backend = LocalBackend(
+            store=self.store,
+            service=service,
+            record=record,
+            view=view,
+            supervisor=self.supervisor,
+            wall_clock=self.clock,
+        )
+        cycle = reconcile.reconcile_once(backend, decider, now)
+        self.store.put_setting(
+            f"cycle/{service.metadata.namespace}/{service.metadata.name}", cycle_record(cycle)
+        )
+        for error in backend.errors:
+            log.warning("%s/%s: %s", service.metadata.namespace, service.metadata.name, error)
+        return backend.record
+
+    def _snapshot(
+        self,
+        parsed: Mapping[tuple[str, str], models.ModelService],
+        records: Mapping[tuple[str, str], Mapping[str, Any]],
+    ) -> MetricsSnapshot:
+        expected = [
+            (ns, name, rev)
+            for (ns, name), record in records.items()
+            if (ns, name) in parsed
+            for rev in record.get("revisions", {})
+        ]
+        rolling = [
+            name for (ns, name), record in records.items() if len(record.get("revisions", {})) > 1
+        ]
+        assert self._source is not None, "start() first"
+        return self._source.snapshot(expected=expected, analysis_services=rolling)
+
+    # ------------------------------------------------------------------ router, drains
+
+    def _actual_routes(self) -> dict[tuple[str, str], router_mod.ServiceRoute]:
+        try:
+            return self.router.actual()
+        except router_mod.RouterError as exc:
+            log.warning("router: %s", exc)
+            return {}
+
+    def _ensure_router(self) -> bool:
+        try:
+            return self.router.ensure_running()
+        except router_mod.RouterError as exc:
+            log.error("router: %s", exc)
+            return False
+
+    def _ensure_prometheus(self) -> bool:
+        if self.prometheus.running:
+            return False
+        try:
+            if not self.prometheus.adopt():
+                self.prometheus.start()
+        except PrometheusError as exc:
+            log.error("prometheus: %s", exc)
+            return False
+        self._targets = None  # rewrite them for the new process
+        return True
+
+    def _finish_drains(
+        self,
+        parsed: Mapping[tuple[str, str], models.ModelService],
+        records: dict[tuple[str, str], ServiceRecord],
+        now: float,
+    ) -> None:
+        """Stop draining replicas that finished; forget the ones that are gone."""
+        try:
+            inflight = self.router.inflight()
+        except router_mod.RouterError:
+            inflight = {}
+        routes = self._actual_routes()
+        replicas = {r.spec.pod: r for r in self.supervisor.replicas()}
+        for key, record in list(records.items()):
+            if not record.draining:
+                continue
+            service = parsed[key]
+            rollout = service.spec.rollout or models.RolloutSpec()
+            drain_s = float(rollout.drain_seconds)
+            route = routes.get(key)
+            routed = (
+                [e.name for rev in route.revisions for e in rev.endpoints if not e.draining]
+                if route is not None
+                else []
+            )
+            own_inflight = {pod: n for (ns, svc, pod), n in inflight.items() if (ns, svc) == key}
+            for pod in drained(record, replicas, own_inflight, routed, now, drain_s):
+                self.supervisor.stop(pod, STOP_GRACE_S)
+            gone = [pod for pod in record.draining if pod not in replicas]
+            if gone:
+                draining = {p: t for p, t in record.draining.items() if p not in gone}
+                records[key] = replace(record, draining=draining)
+                self.store.put_runtime(*key, records[key].to_dict(), now=self.clock())
+
+    def _retire_deleted(self, live: set[tuple[str, str]]) -> None:
+        """Replicas of services deleted from the store: stop them (SIGTERM, then SIGKILL)."""
+        for replica in self.supervisor.replicas():
+            key = (replica.spec.namespace, replica.spec.service)
+            if key not in live and replica.phase is not sup.Phase.STOPPING:
+                self.supervisor.stop(replica.spec.pod, STOP_GRACE_S)
+        for key in set(self._deciders) - live:
+            del self._deciders[key]
+
+    def _apply_routes(
+        self,
+        parsed: Mapping[tuple[str, str], models.ModelService],
+        records: Mapping[tuple[str, str], ServiceRecord],
+    ) -> None:
+        replicas = self.supervisor.replicas()
+        routes = []
+        for key, record in sorted(records.items()):
+            mine = [r for r in replicas if (r.spec.namespace, r.spec.service) == key]
+            routes.append(desired_route(*key, record, mine, match_of(parsed[key].spec)))
+        try:
+            self.router.apply(routes)
+        except router_mod.RouterError as exc:
+            log.error("router: %s", exc)
+
+    # ------------------------------------------------------------------ Prometheus
+
+    def scrape_targets(self) -> tuple[ScrapeTarget, ...]:
+        targets = [
+            ScrapeTarget(JOB_EXPORTER, f"127.0.0.1:{self.exporter_port}"),
+            ScrapeTarget(JOB_HAPROXY, self.router.metrics_address),
+        ]
+        for replica in sorted(self.supervisor.replicas(), key=lambda r: r.spec.pod):
+            if replica.rest_port is None or replica.phase is sup.Phase.STOPPING:
+                continue
+            spec = replica.spec
+            targets.append(
+                ScrapeTarget(
+                    JOB_SERVING,
+                    f"127.0.0.1:{replica.rest_port}",
+                    labels={
+                        "namespace": spec.namespace,
+                        "service": spec.service,
+                        "revision": spec.revision,
+                        "pod": spec.pod,
+                        "container": "model-server",
+                    },
+                    metrics_path="/monitoring/prometheus/metrics",
+                )
+            )
+        return tuple(targets)
+
+    def _sync_targets(self) -> None:
+        targets = self.scrape_targets()
+        if targets == self._targets:
+            return
+        try:
+            self.prometheus.set_targets(targets)
+        except (PrometheusError, OSError) as exc:
+            log.warning("prometheus targets: %s", exc)
+            return
+        self._targets = targets
+
+    # ------------------------------------------------------------------ stop
+
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop every replica, HAProxy, Prometheus and the exporter (``servectl down``)."""
+        self.request_stop()
+        self.supervisor.shutdown(grace_s)
+        with contextlib.suppress(router_mod.RouterError):
+            self.router.stop()
+        with contextlib.suppress(PrometheusError, OSError):
+            self.prometheus.stop()
+        if self._exporter is not None:
+            from servectl.metrics.exporters import serve
+
+            serve.stop(self._exporter)
+            self._exporter = None
+        self.store.put_setting("controller", None)
+
+    def close(self) -> None:
+        if self._exporter is not None:
+            from servectl.metrics.exporters import serve
+
+            serve.stop(self._exporter)
+            self._exporter = None
+        self.store.close()
+
+
+def _signals(snapshot: Any) -> dict[str, Any]:
+    if snapshot is None:
+        return {}
+    sig = snapshot.signals
+    return {
+        "cpuUtilization": sig.cpu_utilization,
+        "cpuCores": sig.cpu_usage_cores,
+        "gpuDutyCycle": sig.gpu_duty_cycle,
+        "rps": sig.rps,
+        "concurrency": sig.concurrency,
+        "latencyMs": dict(sig.latency_ms),
+        "errorRate": sig.error_rate,
+        "ageSeconds": sig.age_s if sig.age_s != float("inf") else None,
+    }
+
+
+def cycle_record(cycle: reconcile.Cycle) -> dict[str, Any]:
+    """One cycle in JSON, for ``servectl explain`` and ``top``: what was seen (service and
+    per-revision signals), what the policy proposed and decided, and the plan."""
+    outcome = cycle.outcome
+    observed = cycle.observed
+    limits = outcome.limits
+    return {
+        "time": cycle.time,
+        "applied": cycle.applied,
+        "metricsOk": observed.metrics_ok,
+        "metricsDetail": observed.metrics_detail,
+        "service": _signals(observed.service),
+        "replicas": {
+            "current": observed.service.replicas.current,
+            "ready": observed.service.replicas.ready,
+            "min": observed.service.replicas.min,
+            "max": observed.service.replicas.max,
+        },
+        "revisions": [
+            {
+                "name": r.name,
+                "version": r.version,
+                "desired": r.desired,
+                "ready": r.ready,
+                "starting": r.starting,
+                "draining": r.draining,
+                "weight": r.weight,
+                "signals": _signals(r.snapshot),
+            }
+            for r in observed.revisions
+        ],
+        "decision": outcome.decision.to_dict() if outcome.decision is not None else None,
+        "requested": outcome.requested,
+        "demand": outcome.demand,
+        "decidedBy": outcome.decided_by,
+        "reason": outcome.reason,
+        "errors": list(outcome.errors),
+        "limits": (
+            {k: v for k, v in vars(limits).items() if isinstance(v, (int, float, str, type(None)))}
+            if limits is not None
+            else None
+        ),
+        "plan": {
+            "phase": str(outcome.plan.phase),
+            "message": outcome.plan.message,
+            "header": outcome.plan.header_revision,
+            "revisions": [
+                {
+                    "name": r.name,
+                    "version": r.version,
+                    "replicas": r.replicas,
+                    "weight": r.weight,
+                    "reason": r.reason,
+                    "message": r.message,
+                }
+                for r in outcome.plan.revisions
+            ],
+        },
+    }
+
+
+def condition_true(status: Mapping[str, Any] | None, kind: str) -> bool | None:
+    """Whether the status condition ``kind`` is True (None: no such condition)."""
+    for cond in (status or {}).get("conditions", []):
+        if cond.get("type") == kind:
+            return bool(cond.get("status") == ConditionStatus.TRUE)
+    return None
+
+
+def install_signal_handlers(runtime: Runtime) -> None:
+    """SIGTERM/SIGINT end the loop after the current tick."""
+
+    def handler(signum: int, frame: Any) -> None:
+        runtime.request_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,326 @@
+"""``servectl up``, ``down``, ``status``, ``doctor``: the local runtime on this machine.
+
+``up`` starts the controller as a background process (``servectl controller``), which
+brings up (or adopts) HAProxy, Prometheus and the replicas, and ticks every second;
+``down`` stops it and everything it runs. Everything lives under one state directory
+(``--state-dir``, ``$SERVECTL_STATE_DIR``, default ``~/.servectl``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from servectl.cli import console
+from servectl.cli.console import Output, err, fail, out
+
+STATE_DIR_HELP = (
+    "The local runtime's directory (store, replicas, HAProxy, Prometheus, logs). "
+    "Default: $SERVECTL_STATE_DIR, else ~/.servectl."
+)
+StateDirOption = Annotated[
+    Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP, file_okay=False)
+]
+UP_TIMEOUT_S = 90.0
+
+
+def state_dir(value: Path | None) -> Path:
+    from servectl.backends.local.runtime import default_state_dir
+
+    return (value or default_state_dir()).expanduser().resolve()
+
+
+def _client(directory: Path) -> Any:
+    from servectl.backends.local.client import LocalClient
+    from servectl.backends.local.store import StoreError
+
+    try:
+        return LocalClient(directory)
+    except StoreError as exc:
+        raise fail(str(exc), 1) from None
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def up(
+    state: StateDirOption = None,
+    foreground: Annotated[
+        bool,
+        typer.Option(
+            "--foreground", help="Run the controller in this terminal (Ctrl-C stops all)."
+        ),
+    ] = False,
+) -> None:
+    """Start the local runtime: the controller, HAProxy, Prometheus (idempotent).
+
+    Then deploy a model with `servectl deploy`, see it with `servectl get`, and stop
+    everything with `servectl down`. Example:
+
+    \b
+      servectl up
+      servectl model export-demo ~/models
+      servectl deploy cost --model-path ~/models/cost_model --min 1 --max 4
+      curl -d '{"instances": [[1,2,3,4,5,6,7,8]]}' localhost:8501/v1/models/cost_model:predict
+    """
+    directory = state_dir(state)
+    problems = _missing_binaries()
+    if problems:
+        raise fail("; ".join(problems), 1)
+    if foreground:
+        controller(state=directory)
+        return
+    client = _client(directory)
+    try:
+        info = client.controller()
+        if info.alive:
+            out.print(f"already up: controller pid {info.pid} ({directory})", highlight=False)
+            return
+        started = time.time()
+        log_path = directory / "controller.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "servectl", "controller", "--state-dir", str(directory)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        err.print(
+            f"starting the controller (pid {process.pid}, log {log_path}) ...", highlight=False
+        )
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        while True:
+            beat = client.store.get_setting("heartbeat") or {}
+            if float(beat.get("time", 0)) >= started and beat.get("pid") == process.pid:
+                break
+            if process.poll() is not None:
+                raise fail(
+                    f"the controller exited with code {process.returncode}; last lines of "
+                    f"{log_path}:\n{_log_tail(log_path)}",
+                    1,
+                )
+            if time.monotonic() > deadline:
+                raise fail(
+                    f"the controller did not tick within {UP_TIMEOUT_S:g} s; see {log_path}", 1
+                )
+            time.sleep(0.2)
+        ports = client.store.get_setting("ports") or {}
+        out.print(f"up: controller pid {process.pid}, state in {directory}", highlight=False)
+        out.print(
+            f"  prometheus http://127.0.0.1:{ports.get('prometheus')}   "
+            f"haproxy stats http://127.0.0.1:{ports.get('haproxy_stats')}/stats",
+            highlight=False,
+        )
+    finally:
+        client.close()
+
+
+def _missing_binaries() -> list[str]:
+    missing = []
+    if shutil.which("haproxy") is None:
+        missing.append("haproxy not found: apt-get install haproxy")
+    if shutil.which("prometheus") is None:
+        missing.append("prometheus not found: apt-get install prometheus")
+    return missing
+
+
+def controller(state: StateDirOption = None) -> None:
+    """Run the local runtime's controller in the foreground (what `servectl up` starts)."""
+    import logging
+
+    from servectl.backends.local.runtime import Runtime, install_signal_handlers
+    from servectl.backends.local.store import StoreError
+
+    directory = state_dir(state)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        runtime = Runtime(directory)
+    except StoreError as exc:
+        raise fail(str(exc), 1) from None
+    runtime.paths.pid.write_text(f"{os.getpid()}\n")
+    install_signal_handlers(runtime)
+    try:
+        runtime.start()
+        logging.getLogger("servectl.runtime").info("controller up in %s", directory)
+        runtime.run()
+    finally:
+        logging.getLogger("servectl.runtime").info("stopping replicas, HAProxy, Prometheus")
+        runtime.shutdown()
+        runtime.close()
+        with contextlib.suppress(OSError):
+            runtime.paths.pid.unlink()
+
+
+def down(state: StateDirOption = None) -> None:
+    """Stop the controller and everything it runs (replicas drain, then stop)."""
+    directory = state_dir(state)
+    if not (directory / "state.db").exists():
+        out.print(f"nothing to stop in {directory}", highlight=False)
+        return
+    client = _client(directory)
+    try:
+        if client.stop_controller():
+            out.print("down: controller, replicas, HAProxy and Prometheus stopped", highlight=False)
+            return
+    finally:
+        client.close()
+    # No controller: whatever a killed one left running is adopted, then stopped.
+    from servectl.backends.local.runtime import Runtime
+
+    runtime = Runtime(directory)
+    try:
+        left = len(runtime.supervisor.replicas())
+        runtime.prometheus.adopt()
+        runtime.shutdown()
+    finally:
+        runtime.close()
+    out.print(f"down: no controller was running; stopped {left} leftover replicas", highlight=False)
+
+
+def status(
+    state: StateDirOption = None,
+    output: console.OutputOption = Output.TABLE,
+) -> None:
+    """Is the local runtime up: controller, router, Prometheus, services and replicas."""
+    directory = state_dir(state)
+    client = _client(directory)
+    try:
+        info = client.controller()
+        ports = client.store.get_setting("ports") or {}
+        services = client.list()
+        replicas = client.replicas()
+        from servectl.backends.local import cgroups
+
+        limits = cgroups.detect().describe()
+    finally:
+        client.close()
+    age = time.time() - info.last_tick if info.last_tick else None
+    record = {
+        "stateDir": str(directory),
+        "controller": {
+            "running": info.alive,
+            "pid": info.pid,
+            "lastTickSecondsAgo": round(age, 1) if age is not None else None,
+            "tickSeconds": info.tick_seconds,
+            "errors": dict(info.errors),
+        },
+        "prometheus": f"http://127.0.0.1:{ports['prometheus']}" if "prometheus" in ports else None,
+        "haproxyStats": (
+            f"http://127.0.0.1:{ports['haproxy_stats']}/stats" if "haproxy_stats" in ports else None
+        ),
+        "limits": limits,
+        "services": len(services),
+        "replicas": len(replicas),
+    }
+    if output.machine:
+        console.print_records([record], output)
+        return
+    state_word = "running" if info.alive else "not running"
+    out.print(
+        f"controller: {state_word}" + (f" (pid {info.pid})" if info.pid else ""), highlight=False
+    )
+    if age is not None:
+        out.print(
+            f"  last tick {age:.1f} s ago, took {info.tick_seconds or 0:.3f} s", highlight=False
+        )
+    for key, message in info.errors.items():
+        out.print(f"  error in {key}: {message}", highlight=False, markup=False)
+    out.print(f"prometheus: {record['prometheus']}", highlight=False)
+    out.print(f"haproxy:    {record['haproxyStats']}", highlight=False)
+    out.print(f"limits:     {limits}", highlight=False, markup=False)
+    out.print(f"services:   {len(services)}, replicas: {len(replicas)}", highlight=False)
+    out.print(f"state:      {directory}", highlight=False)
+    if not info.alive:
+        out.print("start it with: servectl up", highlight=False)
+
+
+def doctor(state: StateDirOption = None) -> None:
+    """Check this machine for the local runtime: binaries, cgroups, ports, memory."""
+    checks: list[tuple[str, str, str]] = []  # (ok|warn|fail, what, detail)
+
+    def binary(name: str, hint: str) -> None:
+        path = shutil.which(name)
+        if path is None:
+            checks.append(("fail", name, f"not on PATH: {hint}"))
+            return
+        try:
+            version = subprocess.run(
+                [path, "-v" if name == "haproxy" else "--version"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            first = (version.stdout or version.stderr).splitlines()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            first = "version unknown"
+        checks.append(("ok", name, f"{path}: {first}"))
+
+    binary("haproxy", "apt-get install haproxy")
+    binary("prometheus", "apt-get install prometheus")
+    tfs = shutil.which("tensorflow_model_server")
+    if tfs is not None:
+        checks.append(("ok", "model server", f"tensorflow_model_server at {tfs}"))
+    else:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorflow") is not None:
+            checks.append(("ok", "model server", "servectl model-server (TensorFlow installed)"))
+        else:
+            checks.append(
+                (
+                    "fail",
+                    "model server",
+                    "no tensorflow_model_server and no TensorFlow: pip install 'servectl[serving]'",
+                )
+            )
+    from servectl.backends.local import cgroups
+
+    setup = cgroups.detect()
+    level = "ok" if setup.limits_cpu and setup.limits_memory else "warn"
+    checks.append((level, "limits", setup.describe()))
+    directory = state_dir(state)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        writable = os.access(directory, os.W_OK)
+    except OSError:
+        writable = False
+    checks.append(
+        (
+            "ok" if writable else "fail",
+            "state dir",
+            f"{directory}" + ("" if writable else " is not writable"),
+        )
+    )
+    cores = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as meminfo:
+            avail_kb = next(
+                int(line.split()[1]) for line in meminfo if line.startswith("MemAvailable")
+            )
+        gib = avail_kb / 2**20
+        mem = f"{gib:.1f} GiB available, room for about {int(gib / 0.7)} replicas of ~0.7 GiB"
+    except (OSError, StopIteration, ValueError):
+        mem = "memory unknown"
+    checks.append(("ok", "machine", f"{cores} cores, {mem}"))
+    marks = {"ok": "[green]ok[/]  ", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}
+    from rich.markup import escape
+
+    for level, what, detail in checks:
+        out.print(f"{marks[level]} {what:<13} {escape(detail)}", highlight=False)
+    if any(level == "fail" for level, _, _ in checks):
+        raise typer.Exit(1)
