@@ -307,6 +307,28 @@ def test_poll_stays_fast_with_20_replicas(tmp_path: Path, run_dir: Path, make) -
     assert max(durations) < 0.1, max(durations)
 
 
+def test_poll_stays_fast_while_20_replicas_crash_loop(tmp_path: Path, run_dir: Path, make) -> None:
+    """Restarts are fork/exec calls, 10 ms and more while others load: one poll does at most
+    SPAWN_BUDGET_S of them and leaves the rest to the next."""
+    base = model(tmp_path, exit_after_s=0)
+    clock = FakeClock()
+    sup = make(run_dir, clock=clock)
+    for i in range(20):
+        sup.start(spec(base, pod=f"m-v1-{i}"))
+    durations = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        replicas = sup.poll()
+        durations.append(time.perf_counter() - t0)
+        if all(r.restarts >= 2 for r in replicas):
+            break
+        clock.advance(1.0)
+        time.sleep(0.02)
+    assert all(r.restarts >= 2 for r in replicas), replicas
+    assert max(durations) < 0.1, max(durations)
+
+
 # --------------------------------------------------------------------------- crashes
 
 
