@@ -5,8 +5,8 @@ supervisor once a tick (1 s): :meth:`Supervisor.start` and :meth:`Supervisor.sto
 should run, :meth:`Supervisor.poll` does the rest. No call but :meth:`Supervisor.shutdown`
 waits on a process: starting is a ``fork``/``exec``, readiness checks run on a small thread
 pool, and a stop is SIGTERM now and SIGKILL from a later ``poll`` once the grace period has
-passed. With 20 replicas ``poll`` takes 0.5 ms (median; 5 ms at most while they start), and
-restarts are spread over calls (:data:`SPAWN_BUDGET_S`).
+passed. With 20 replicas ``poll`` takes 0.5 ms (median; 5 ms at most while they start); when
+many replicas crash at once, the work is spread over calls (:data:`POLL_BUDGET_S`).
 
 **What runs.** ``tensorflow_model_server`` when it is on PATH, else servectl's own
 TF-Serving-compatible server (``python -m servectl model-server``, docs/modelserver.md), one
@@ -113,10 +113,13 @@ READY_FAILURE_THRESHOLD = 3
 """Failed checks in a row that make a READY replica NOT_READY."""
 PORT_RETRIES = 3
 """Immediate restarts on new ports after "already in use", before it counts as a crash."""
-SPAWN_BUDGET_S = 0.05
-"""Restarts one ``poll`` may do: it starts none once it has run this long (a ``fork``/``exec``
-takes 0.3 ms on an idle machine, 10 ms and more while other replicas load), and the next
-``poll`` starts the rest, so that 20 replicas crashing at once do not make one call slow."""
+POLL_BUDGET_S = 0.03
+"""How long one ``poll`` works on replicas before it leaves the rest to the next call (which
+goes on where this one stopped). Reaping and restarting a crashed replica takes 5-15 ms while
+others load, most of it waiting (a ``fork``/``exec`` is 0.3 ms on an idle machine, 6 ms and
+more on a busy one, and each record is an atomic rename), so 20 replicas crashing at once
+would otherwise hold one call for 170 ms. A restart is not begun when the recent restarts'
+average says it would end past the budget (but one always is, so restarts go on)."""
 PROBE_WORKERS = 8
 """Threads running readiness checks (a check takes at most its timeout)."""
 ADOPT_WAIT_S = 1.0
@@ -640,7 +643,10 @@ class Supervisor:
         self._slots: dict[str, _Slot] = {}
         self._orphan_groups = []
         self._registry_text: str | None = None
-        self._spawn_budget_end = 0.0  # restarts happen in poll() only, within its budget
+        self._budget_end = 0.0  # restarts happen in poll() only, within its budget
+        self._spawn_cost = 0.01  # seconds a restart took lately (a moving average)
+        self._spawned_this_poll = 0
+        self._resume_at = ""  # the pod the next poll starts with (after one that ran out)
         self._closed = False
         (self.directory / "replicas").mkdir(parents=True, exist_ok=True)
         (self.directory / "logs").mkdir(parents=True, exist_ok=True)
@@ -688,7 +694,7 @@ class Supervisor:
         slot = _Slot(spec, files)
         files.directory.mkdir(parents=True, exist_ok=True)
         try:
-            self._spawn(slot, self._clock())
+            self._spawn(slot, self._clock(), fresh=True)
         except ServerStartError:
             self._release_group(slot)
             shutil.rmtree(files.directory, ignore_errors=True)
@@ -730,9 +736,18 @@ class Supervisor:
         outlived its grace period; return every replica."""
         self._check_open()
         now = self._clock()
-        self._spawn_budget_end = time.perf_counter() + SPAWN_BUDGET_S
-        for slot in list(self._slots.values()):
-            self._step(slot, now)
+        self._budget_end = time.perf_counter() + POLL_BUDGET_S
+        self._spawned_this_poll = 0
+        pods = sorted(self._slots)
+        first = next((i for i, pod in enumerate(pods) if pod >= self._resume_at), 0)
+        self._resume_at = ""
+        for pod in pods[first:] + pods[:first]:
+            if time.perf_counter() > self._budget_end:
+                self._resume_at = pod
+                break
+            slot = self._slots.get(pod)
+            if slot is not None:
+                self._step(slot, now)
         self._retry_orphan_groups(now)
         self._write_registry()
         return self.replicas()
@@ -867,15 +882,17 @@ class Supervisor:
             parts.append(", ".join(missing) + " not enforced (" + "; ".join(setup.notes) + ")")
         slot.limits = "; ".join(parts) or f"no limits asked; accounted in cgroup {spec.group_name}"
 
-    def _spawn(self, slot: _Slot, now: float) -> None:
-        """Start the slot's process on new ports (raises ServerStartError if it cannot)."""
+    def _spawn(self, slot: _Slot, now: float, *, fresh: bool = False) -> None:
+        """Start the slot's process on new ports (raises ServerStartError if it cannot);
+        ``fresh``: a new replica, whose config files are (re)written."""
         spec, files = slot.spec, slot.files
         rest_port, grpc_port = self._pick_ports()
-        files.directory.mkdir(parents=True, exist_ok=True)
-        files.model_config.write_text(model_config_text(spec), encoding="utf-8")
-        files.monitoring_config.write_text(monitoring_config_text(), encoding="utf-8")
-        if spec.batching is not None:
-            files.batching_config.write_text(batching_config_text(*spec.batching), "utf-8")
+        if fresh or not files.model_config.exists():  # they depend on the spec alone
+            files.directory.mkdir(parents=True, exist_ok=True)
+            files.model_config.write_text(model_config_text(spec), encoding="utf-8")
+            files.monitoring_config.write_text(monitoring_config_text(), encoding="utf-8")
+            if spec.batching is not None:
+                files.batching_config.write_text(batching_config_text(*spec.batching), "utf-8")
         self._ensure_group(slot)
         argv = server_argv(self._command, spec, files, rest_port, grpc_port)
         files.log.parent.mkdir(parents=True, exist_ok=True)
@@ -1066,8 +1083,10 @@ class Supervisor:
         self._save(slot)
 
     def _restart(self, slot: _Slot, now: float) -> None:
-        if time.perf_counter() > self._spawn_budget_end:
-            return  # this poll has started enough processes: the next one starts it
+        began = time.perf_counter()
+        if self._spawned_this_poll and began + self._spawn_cost > self._budget_end:
+            return  # it would take this poll over its budget: the next one starts it
+        self._spawned_this_poll += 1  # the first always starts, so that restarts go on
         counted = not slot.port_retry_due
         slot.port_retry_due = False
         if counted:
@@ -1077,6 +1096,8 @@ class Supervisor:
         except ServerStartError as exc:
             self._crashed(slot, str(exc), now)
             return
+        finally:
+            self._spawn_cost = 0.7 * self._spawn_cost + 0.3 * (time.perf_counter() - began)
         if not counted:
             slot.message = (
                 f"a port was taken before the server bound it; started again on new ports "
