@@ -986,12 +986,17 @@ class Supervisor:
             slot.backoff_s = BACKOFF_INITIAL_S
             self._save(slot)
         if slot.probe is None and now >= slot.next_probe_at and slot.rest_port is not None:
-            self._submit_probe(slot)
+            self._submit_probe(slot, now)
 
-    def _submit_probe(self, slot: _Slot) -> None:
+    def _submit_probe(self, slot: _Slot, now: float) -> None:
+        """Start a readiness check; the next is due an interval after this one began (so
+        a controller that polls once a second gets one check a second while starting)."""
         assert slot.pid is not None and slot.rest_port is not None
-        ready = slot.phase in (Phase.READY, Phase.NOT_READY)
-        timeout = READY_PROBE_TIMEOUT_S if ready else PROBE_TIMEOUT_S
+        ready = slot.phase == Phase.READY
+        timeout = (
+            READY_PROBE_TIMEOUT_S if ready or slot.phase == Phase.NOT_READY else PROBE_TIMEOUT_S
+        )
+        slot.next_probe_at = now + (READY_PROBE_INTERVAL_S if ready else PROBE_INTERVAL_S)
         future = self._pool.submit(
             check_version, slot.rest_port, slot.spec.model_name, slot.spec.version, timeout
         )
@@ -1020,14 +1025,14 @@ class Supervisor:
             if slot.phase != Phase.READY:
                 slot.phase = Phase.READY
                 slot.ready_at, slot.ready_since = self._wall(), now
+                slot.next_probe_at = now + READY_PROBE_INTERVAL_S
             slot.message = (
                 f"ready: {spec.model_name} version {spec.version} AVAILABLE on "
                 f"127.0.0.1:{slot.rest_port} (pid {slot.pid})"
             )
-            slot.next_probe_at = now + READY_PROBE_INTERVAL_S
             return
-        slot.next_probe_at = now + PROBE_INTERVAL_S
         if slot.phase == Phase.READY:
+            slot.next_probe_at = min(slot.next_probe_at, now)  # check again at once
             slot.probe_failures += 1
             if slot.probe_failures < READY_FAILURE_THRESHOLD:
                 return
@@ -1217,7 +1222,7 @@ class Supervisor:
                 else:
                     slot.message = f"adopted running pid {pid}; checking readiness"
                     if slot.rest_port is not None:
-                        self._submit_probe(slot)
+                        self._submit_probe(slot, now)
             elif stop_wall is not None:
                 gone.append(slot)  # it was being stopped, and has gone
             else:
