@@ -52,6 +52,7 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from servectl.backends.local import router_config as rc
@@ -242,7 +243,8 @@ class Router:
         )
         self.binary = binary
         self.start_timeout_s = start_timeout_s
-        for sock in (self.settings.admin_socket, self.settings.master_socket):
+        scratch_socket = self.settings.directory / ".check" / "admin.sock"  # see _verify
+        for sock in (scratch_socket, self.settings.master_socket):
             if len(str(sock).encode()) > _MAX_UNIX_PATH:
                 raise RouterError(
                     f"{sock} is longer than a unix socket path may be ({_MAX_UNIX_PATH} "
@@ -342,8 +344,9 @@ class Router:
         binary = self._binary_path()
         self._kill(self._our_pids())  # workers of a master that was killed
         self.directory.mkdir(parents=True, exist_ok=True)
-        rendered = self._render_and_write(self._load_plans())
-        self._check(binary)
+        plans = self._load_plans()
+        self._verify(plans, binary)
+        rendered = self._render_and_write(plans)
         command = [
             binary,
             "-W",
@@ -369,7 +372,7 @@ class Router:
                 start_new_session=True,
             )
         try:
-            self._wait_for(rendered.structure, "start", old_worker=None)
+            self._wait_for(rendered.structure, "start", old_worker=None, failed_before=None)
         except BaseException:
             self.stop(timeout_s=1.0)
             raise
@@ -394,9 +397,11 @@ class Router:
             return None
         return int(found.group(1)) if found else None
 
-    def _wait_for(self, structure: str, what: str, *, old_worker: int | None) -> None:
-        """Wait until a worker other than ``old_worker`` answers with ``structure``."""
-        failed_before = self._failed_reloads() if what == "reload" else None
+    def _wait_for(
+        self, structure: str, what: str, *, old_worker: int | None, failed_before: int | None
+    ) -> None:
+        """Wait until a worker other than ``old_worker`` answers with ``structure``; fail
+        when the master counts more failed reloads than ``failed_before``."""
         deadline = _now() + self.start_timeout_s
         confirmed = 0
         while True:
@@ -428,21 +433,32 @@ class Router:
                 )
             time.sleep(_POLL_S)
 
-    def _check(self, binary: str | None = None) -> None:
-        """``haproxy -c``: raise :class:`RouterError` with HAProxy's message if refused."""
+    def _verify(self, plans: Sequence[rc.ServicePlan], binary: str | None = None) -> None:
+        """``haproxy -c`` on the config ``plans`` render to, written in a scratch directory
+        first, so that a config HAProxy refuses never replaces the live files (a restart
+        would fail on it). Raises :class:`RouterError` with HAProxy's own message."""
+        scratch = self.directory / ".check"
+        shutil.rmtree(scratch, ignore_errors=True)
+        settings = replace(self.settings, directory=scratch)
+        rendered = rc.render(plans, settings)
+        settings.maps_dir.mkdir(parents=True)
+        for path, entries in rendered.maps.items():
+            path.write_text(rc.map_text(entries), encoding="utf-8")
+        settings.config_path.write_text(rendered.config, encoding="utf-8")
         done = subprocess.run(
-            [binary or self._binary_path(), "-c", "-f", str(self.config_path)],
+            [binary or self._binary_path(), "-c", "-f", str(settings.config_path)],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
-            cwd=self.directory,
+            cwd=scratch,
         )
+        shutil.rmtree(scratch, ignore_errors=True)
         if done.returncode != 0:
-            raise RouterError(
-                f"HAProxy refuses {self.config_path}:\n"
-                f"{_haproxy_messages(done.stdout + done.stderr)}"
+            messages = _haproxy_messages(done.stdout + done.stderr).replace(
+                str(settings.config_path), str(self.config_path)
             )
+            raise RouterError(f"HAProxy refuses the config for {self.config_path}:\n{messages}")
 
     def _kill(self, pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
         for pid in pids:
@@ -580,19 +596,49 @@ class Router:
         rc.validate(routes, stats_port=self.settings.stats_port)
         self._require_running()
         observed = self._observe()
-        rendered = self._render_and_write(self._plan(routes, observed))
+        plans = self._plan(routes, observed)
+        structure = rc.render(plans, self.settings).structure
+        if observed.structure != structure:
+            # Before any file changes: a refused config must not be what a restart loads.
+            self._check_ports_free(routes, observed)
+            self._verify(plans)
+        rendered = self._render_and_write(plans)
         if observed.structure != rendered.structure:
-            self._check()
             self._reload(rendered.structure)
             observed = self._observe()
         self._send(rc.converge(rendered.runtime, observed))
 
+    def _check_ports_free(self, routes: Sequence[ServiceRoute], observed: rc.RuntimeState) -> None:
+        """Refuse front ports that another process holds, before a reload would fail on them.
+
+        Ports the running HAProxy binds already are skipped (it binds with SO_REUSEPORT and
+        hands them to the new worker); a race with another process is still possible, and
+        then the reload fails with HAProxy's message.
+        """
+        held = {e.rest_port for e in observed.layout.values()}
+        held |= {e.grpc_port for e in observed.layout.values()}
+        held.add(self.settings.stats_port)
+        for route in routes:
+            for port, proto in ((route.rest_port, "REST"), (route.grpc_port, "gRPC")):
+                if port in held:
+                    continue
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    try:
+                        probe.bind(("127.0.0.1", port))
+                    except OSError as error:
+                        raise RouteError(
+                            f"service {route.namespace}/{route.service}: {proto} front port "
+                            f"{port} is taken by another process ({error.strerror}); "
+                            "free it or choose another port"
+                        ) from error
+
     def _reload(self, structure: str) -> None:
         old_worker = self._worker_pid()
+        failed_before = self._failed_reloads()
         # The master re-executes itself and may drop the connection before answering.
         with contextlib.suppress(RouterError):
             self._master.send("reload")
-        self._wait_for(structure, "reload", old_worker=old_worker)
+        self._wait_for(structure, "reload", old_worker=old_worker, failed_before=failed_before)
         self.reloads += 1
 
     def _send(self, changes: Sequence[rc.Change]) -> None:
