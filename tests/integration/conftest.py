@@ -1,4 +1,5 @@
-"""Fixtures for the tests against a real Prometheus (every test here is marked `prometheus`).
+"""Fixtures for the tests against a real Prometheus (every test here is marked `prometheus`,
+except the router's, marked `haproxy`).
 
 - ``prometheus``: a `PrometheusServer` in tmp_path, scraping every second, started; no
   targets yet (``prometheus.set_targets(...)``). Starting takes well under a second, but
@@ -28,7 +29,8 @@ _HERE = Path(__file__).parent
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _HERE in item.path.parents:
+        # The router's tests (marked haproxy) need no Prometheus.
+        if _HERE in item.path.parents and item.get_closest_marker("haproxy") is None:
             item.add_marker(pytest.mark.prometheus)
 
 

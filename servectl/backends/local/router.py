@@ -1,0 +1,722 @@
+"""HAProxy as the local runtime's router: stable front ports per service, exact weighted
+splits between revisions, least-outstanding-requests within one, changed at runtime.
+
+The controller calls :meth:`Router.apply` every tick with the full desired routing
+(level-triggered); the router reads what HAProxy runs now through its runtime API and sends
+only the commands that differ, none when nothing changed. The routing design (slots, the
+counter + map split, the A/B match map) is in :mod:`servectl.backends.local.router_config`,
+which renders the config and maps and computes the commands without a process; this module
+runs the process and talks to it. docs/local-runtime.md, "The router (HAProxy)", has the
+design, the HAProxy 2.6 facts it rests on and measured figures.
+
+Runtime API versus reload. Weights (``prepare/add/commit map``, atomic), A/B values, servers
+(``add server`` + ``enable health`` + ``set server state ready``; ``state drain``;
+``state maint`` then ``del server`` once idle) are all changed through the stats socket;
+the process is reloaded only when the *structure* changes: a service added or removed, its
+ports, a larger slot pool, a match header or cookie name, timeouts, the stats port. A
+reload (master-worker mode, ``reload`` on the master CLI, listeners handed over with
+``expose-fd listeners``) starts a new worker from the files, so every apply also writes the
+config and maps describing the whole desired state, servers and drain state included
+(a draining server is written with ``weight 0``).
+
+Process lifecycle. :meth:`Router.start` runs ``haproxy -W -S <master socket> -f <config>``
+in the foreground as a child in its own session: it survives the controller's death, and a
+new :class:`Router` over the same directory adopts it (the pid file names the master, whose
+``/proc/<pid>/cmdline`` must hold our config path) without a restart, so traffic flows on
+through a controller restart. When the master dies (a worker dying takes the master with
+it), :meth:`Router.ensure_running` starts a new one from the files (same ports, servers
+and weights) and returns True so that the caller re-applies.
+
+Layout of ``directory``::
+
+    haproxy.cfg      the generated config (HAProxy's own errors name its lines)
+    maps/            <ns>.<svc>.weights.map, .slots.map, .match.map
+    routes.json      the last applied routes and their slots: start() renders from it
+    haproxy.pid      the master's pid
+    admin.sock       the runtime API (stats socket, level admin)
+    master.sock      the master CLI (reload, show proc)
+    haproxy.log      the process's stdout and stderr (appended across restarts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from servectl.backends.local import router_config as rc
+from servectl.backends.local.router_config import (
+    Endpoint,
+    Match,
+    RevisionRoute,
+    RouteError,
+    RouterError,
+    ServiceRoute,
+    Timeouts,
+)
+
+__all__ = [
+    "DEFAULT_BINARY",
+    "INSTALL_HINT",
+    "Endpoint",
+    "Match",
+    "RevisionRoute",
+    "RouteError",
+    "Router",
+    "RouterError",
+    "RouterNotFound",
+    "RouterNotRunning",
+    "RouterStartError",
+    "RuntimeAPI",
+    "RuntimeCommandError",
+    "ServiceRoute",
+    "Timeouts",
+    "doctor",
+    "find_haproxy",
+    "haproxy_version",
+]
+
+DEFAULT_BINARY = "haproxy"
+INSTALL_HINT = "install it with the Debian package: apt-get install haproxy"
+_POLL_S = 0.02
+_SOCKET_TIMEOUT_S = 5.0
+_MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the terminating NUL
+_READ_PREFIXES = ("show ", "get ")
+# Answers of commands that worked; anything else is HAProxy saying why not.
+_OK_ANSWERS = (
+    "New server registered.",
+    "Server deleted.",
+    "New version created:",
+    "no need to change the addr",
+    "IP changed from",
+)
+
+
+class RouterNotFound(RouterError):
+    """The ``haproxy`` binary is not installed (or not where ``binary`` says)."""
+
+
+class RouterStartError(RouterError):
+    """HAProxy exited or did not answer in time while starting or reloading; the message
+    ends with its log."""
+
+
+class RouterNotRunning(RouterError):
+    """An operation that needs the process found none: call ``ensure_running()`` first."""
+
+
+class RuntimeCommandError(RouterError):
+    """HAProxy refused runtime API commands; the message lists each with HAProxy's answer."""
+
+
+def find_haproxy(binary: str = DEFAULT_BINARY) -> str | None:
+    """The path of the HAProxy binary (a name looked up on PATH, or a path), or None."""
+    return shutil.which(binary)
+
+
+def haproxy_version(binary: str = DEFAULT_BINARY) -> str | None:
+    """The version ``haproxy -v`` reports (``2.6.12-1+deb12u4``), or None if it cannot run."""
+    path = find_haproxy(binary)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "-v"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"version\s+(\S+)", done.stdout)
+    return found.group(1) if found else None
+
+
+def doctor(binary: str = DEFAULT_BINARY) -> str:
+    """One line for ``servectl doctor``: HAProxy's version and path, or how to install it."""
+    path = find_haproxy(binary)
+    if path is None:
+        return f"HAProxy not found ({binary!r}); {INSTALL_HINT}"
+    version = haproxy_version(path)
+    if version is None:
+        return f"HAProxy at {path} does not run (`{path} -v` failed)"
+    return f"HAProxy {version} ({path})"
+
+
+def _now() -> float:
+    # Deadlines for waiting on a child process: this module is an I/O edge, not a policy.
+    return time.monotonic()
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    """Write atomically (a restart never reads half a file); False when already so."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def _haproxy_messages(output: str) -> str:
+    """HAProxy's alerts and warnings, without its NOTICE banner lines."""
+    lines = [line for line in output.splitlines() if line.strip() and "[NOTICE]" not in line]
+    return "\n".join(lines) or output.strip()
+
+
+class RuntimeAPI:
+    """One HAProxy CLI socket (the stats socket or the master CLI): a command per connection.
+
+    ``on_command`` sees every command before it is sent (tests count them; reads start
+    with ``show`` or ``get``).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        timeout_s: float = _SOCKET_TIMEOUT_S,
+        on_command: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self.on_command = on_command
+
+    def send(self, command: str, payload: str | None = None) -> str:
+        """Send one command (and a multi-line payload, ``<<`` syntax); return the answer.
+
+        Raises :class:`RouterError` when the socket does not answer.
+        """
+        if "\n" in command or ";" in command:
+            raise RouterError(f"one command at a time, without newlines or ';': {command!r}")
+        if self.on_command is not None:
+            self.on_command(command)
+        data = f"{command}\n"
+        if payload is not None:
+            data = f"{command} <<\n{payload.rstrip(chr(10))}\n\n"
+        chunks: list[bytes] = []
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(self.timeout_s)
+                sock.connect(str(self.path))
+                sock.sendall(data.encode())
+                # The master CLI answers once the command is complete, i.e. at end of input.
+                sock.shutdown(socket.SHUT_WR)
+                while chunk := sock.recv(65536):
+                    chunks.append(chunk)
+        except OSError as error:
+            raise RouterError(
+                f"HAProxy's runtime API at {self.path} did not answer {command.split()[0]!r}: "
+                f"{error}"
+            ) from error
+        return b"".join(chunks).decode(errors="replace")
+
+
+class Router:
+    """HAProxy in front of the local runtime's replicas (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        stats_port: int,
+        binary: str = DEFAULT_BINARY,
+        timeouts: Timeouts | None = None,
+        start_timeout_s: float = 10.0,
+        on_command: Callable[[str], None] | None = None,
+    ) -> None:
+        """``stats_port`` serves ``/metrics`` (Prometheus) and ``/stats``; ``on_command``
+        sees every runtime API command (reads included) before it is sent."""
+        self.settings = rc.Settings(
+            directory=Path(directory).resolve(),
+            stats_port=stats_port,
+            timeouts=timeouts or Timeouts(),
+        )
+        self.binary = binary
+        self.start_timeout_s = start_timeout_s
+        scratch_socket = self.settings.directory / ".check" / "admin.sock"  # see _verify
+        for sock in (scratch_socket, self.settings.master_socket):
+            if len(str(sock).encode()) > _MAX_UNIX_PATH:
+                raise RouterError(
+                    f"{sock} is longer than a unix socket path may be ({_MAX_UNIX_PATH} "
+                    "bytes): give the router a shorter directory"
+                )
+        rc.ms(self.settings.timeouts.connect_s)  # fail early on a bad timeout
+        self._admin = RuntimeAPI(self.settings.admin_socket, on_command=on_command)
+        self._master = RuntimeAPI(self.settings.master_socket, on_command=on_command)
+        self._process: subprocess.Popen[bytes] | None = None
+        self.reloads = 0
+        """Reloads this object has done (structure changes)."""
+        self.last_changes: tuple[str, ...] = ()
+        """The change commands the last apply sent (empty when HAProxy already agreed)."""
+        self.deferred: tuple[str, ...] = ()
+        """Commands the last apply could not do yet (``del server`` of a busy server)."""
+
+    # --- paths and addresses
+
+    @property
+    def directory(self) -> Path:
+        return self.settings.directory
+
+    @property
+    def config_path(self) -> Path:
+        return self.settings.config_path
+
+    @property
+    def log_path(self) -> Path:
+        return self.settings.log_path
+
+    @property
+    def metrics_address(self) -> str:
+        """``host:port`` of the Prometheus exporter (``/metrics``), for the scrape config."""
+        return f"127.0.0.1:{self.settings.stats_port}"
+
+    # --- process
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is a live (not zombie) HAProxy started with our config."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+            return False
+        config = str(self.config_path).encode()
+        pairs = itertools.pairwise(args)
+        return b"-c" not in args and any(a == b"-f" and b == config for a, b in pairs)
+
+    def _our_pids(self) -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and self._is_ours(int(entry.name)):
+                pids.append(int(entry.name))
+        return pids
+
+    @property
+    def pid(self) -> int | None:
+        """The master's pid while HAProxy runs (started or adopted), else None."""
+        if self._process is not None and self._process.poll() is not None:
+            self._process = None  # reaped
+        try:
+            pid = int(self.settings.pid_path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if self._is_ours(pid) else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def _binary_path(self) -> str:
+        path = find_haproxy(self.binary)
+        if path is None:
+            raise RouterNotFound(f"HAProxy binary {self.binary!r} not found; {INSTALL_HINT}")
+        return path
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            with self.log_path.open(encoding="utf-8", errors="replace") as log:
+                return "".join(deque(log, maxlen=lines))
+        except FileNotFoundError:
+            return "(no log)"
+
+    def start(self) -> None:
+        """Start HAProxy from the last applied routes (``routes.json``), or with none.
+
+        Raises :class:`RouterNotFound`, :class:`RouterError` (HAProxy refuses the config:
+        its own message) or :class:`RouterStartError` (it exited or did not answer).
+        """
+        if self.running:
+            raise RouterError(
+                f"HAProxy is already running for {self.directory} (pid {self.pid}); "
+                "use it, or stop() it first"
+            )
+        binary = self._binary_path()
+        self._kill(self._our_pids())  # workers of a master that was killed
+        self.directory.mkdir(parents=True, exist_ok=True)
+        plans = self._load_plans()
+        self._verify(plans, binary)
+        rendered = self._render_and_write(plans)
+        command = [
+            binary,
+            "-W",
+            "-S",
+            f"{self.settings.master_socket},mode,600",
+            "-f",
+            str(self.config_path),
+            "-p",
+            str(self.settings.pid_path),
+        ]
+        self.settings.pid_path.unlink(missing_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"--- servectl: {' '.join(command)}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                # Its own session: a signal to the controller's process group (Ctrl-C, a
+                # kill of the group) does not reach it, and it outlives the controller.
+                start_new_session=True,
+            )
+        try:
+            self._wait_for(rendered.structure, "start", old_worker=None, failed_before=None)
+        except BaseException:
+            self.stop(timeout_s=1.0)
+            raise
+
+    def _worker_pid(self) -> int | None:
+        try:
+            found = re.search(r"^Pid:\s*(\d+)", self._admin.send("show info"), re.MULTILINE)
+        except RouterError:
+            return None
+        return int(found.group(1)) if found else None
+
+    def _structure(self) -> str | None:
+        try:
+            return rc.parse_var(self._admin.send("get var proc.servectl_structure"))
+        except RouterError:
+            return None
+
+    def _failed_reloads(self) -> int | None:
+        try:
+            found = re.search(r"master\s+\d+\s+\[failed:\s*(\d+)\]", self._master.send("show proc"))
+        except RouterError:
+            return None
+        return int(found.group(1)) if found else None
+
+    def _wait_for(
+        self, structure: str, what: str, *, old_worker: int | None, failed_before: int | None
+    ) -> None:
+        """Wait until a worker other than ``old_worker`` answers with ``structure``; fail
+        when the master counts more failed reloads than ``failed_before``."""
+        deadline = _now() + self.start_timeout_s
+        confirmed = 0
+        while True:
+            if not self.running and (self._process is None or self._process.poll() is not None):
+                raise RouterStartError(
+                    f"HAProxy exited during {what}; last lines of {self.log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            worker = self._worker_pid()
+            if worker is not None and worker != old_worker and self._structure() == structure:
+                # Twice: right after a reload the old worker may still take one connection.
+                confirmed += 1
+                if confirmed >= 2:
+                    return
+            else:
+                confirmed = 0
+            if failed_before is not None:
+                failed = self._failed_reloads()
+                if failed is not None and failed > failed_before:
+                    raise RouterError(
+                        f"HAProxy refused the new config on reload (the old one still "
+                        f"serves); last lines of {self.log_path}:\n{self.log_tail()}"
+                    )
+            if _now() > deadline:
+                raise RouterStartError(
+                    f"HAProxy did not answer on {self.settings.admin_socket} within "
+                    f"{self.start_timeout_s:g} s of {what}; last lines of {self.log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(_POLL_S)
+
+    def _verify(self, plans: Sequence[rc.ServicePlan], binary: str | None = None) -> None:
+        """``haproxy -c`` on the config ``plans`` render to, written in a scratch directory
+        first, so that a config HAProxy refuses never replaces the live files (a restart
+        would fail on it). Raises :class:`RouterError` with HAProxy's own message."""
+        scratch = self.directory / ".check"
+        shutil.rmtree(scratch, ignore_errors=True)
+        settings = replace(self.settings, directory=scratch)
+        rendered = rc.render(plans, settings)
+        settings.maps_dir.mkdir(parents=True)
+        for path, entries in rendered.maps.items():
+            path.write_text(rc.map_text(entries), encoding="utf-8")
+        settings.config_path.write_text(rendered.config, encoding="utf-8")
+        done = subprocess.run(
+            [binary or self._binary_path(), "-c", "-f", str(settings.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd=scratch,
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
+        if done.returncode != 0:
+            messages = _haproxy_messages(done.stdout + done.stderr).replace(
+                str(settings.config_path), str(self.config_path)
+            )
+            raise RouterError(f"HAProxy refuses the config for {self.config_path}:\n{messages}")
+
+    def _kill(self, pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def _wait_gone(self, pid: int, timeout_s: float) -> bool:
+        deadline = _now() + timeout_s
+        while True:
+            if self._process is not None and self._process.pid == pid:
+                try:
+                    self._process.wait(timeout=_POLL_S)
+                    return True
+                except subprocess.TimeoutExpired:
+                    pass
+            elif not self._is_ours(pid):
+                return True
+            else:
+                time.sleep(_POLL_S)
+            if _now() > deadline:
+                return False
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop HAProxy: a soft stop (listeners close, in-flight requests finish) for up to
+        ``timeout_s``, then SIGKILL to every process of it. Works on an adopted process."""
+        pid = self.pid
+        if pid is not None:
+            self._kill([pid], signal.SIGUSR1)
+            if not self._wait_gone(pid, timeout_s):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    self._kill([pid])
+                self._wait_gone(pid, 5.0)
+        self._kill(self._our_pids())
+        if self._process is not None:
+            self._process.poll()
+            self._process = None
+        self.settings.pid_path.unlink(missing_ok=True)
+
+    def ensure_running(self) -> bool:
+        """Start HAProxy if it is not running; True when it had to (the caller re-applies)."""
+        if self.running:
+            return False
+        self.start()
+        return True
+
+    # --- files
+
+    def _load_plans(self) -> list[rc.ServicePlan]:
+        try:
+            text = self.settings.routes_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        try:
+            return rc.plans_from_json(json.loads(text))
+        except (ValueError, KeyError, TypeError) as error:
+            # Written atomically by apply, so this is a hand edit: start empty; the
+            # controller's next apply brings the routes back.
+            with self.log_path.open("a", encoding="utf-8") as log:
+                log.write(f"--- servectl: ignored {self.settings.routes_path}: {error}\n")
+            return []
+
+    def _render_and_write(self, plans: Sequence[rc.ServicePlan]) -> rc.Rendered:
+        rendered = rc.render(plans, self.settings)
+        maps_dir = self.settings.maps_dir
+        maps_dir.mkdir(parents=True, exist_ok=True)
+        routes = json.dumps(rc.plans_to_json(plans), indent=1) + "\n"
+        _write_if_changed(self.settings.routes_path, routes)
+        for path, entries in rendered.maps.items():
+            _write_if_changed(path, rc.map_text(entries))
+        for stale in maps_dir.glob("*.map"):
+            if stale not in rendered.maps:
+                stale.unlink(missing_ok=True)
+        # The config last: it carries the structure fingerprint, so a crash before this
+        # line leaves an old fingerprint and the next apply reloads (never the reverse).
+        _write_if_changed(self.config_path, rendered.config)
+        return rendered
+
+    # --- runtime state
+
+    def _require_running(self) -> None:
+        if not self.running:
+            raise RouterNotRunning(
+                f"HAProxy is not running for {self.directory}: call ensure_running() first"
+            )
+
+    def _observe(self) -> rc.RuntimeState:
+        structure = self._structure()
+        layout = rc.parse_layout(
+            rc.parse_var(self._admin.send("get var proc.servectl_layout")) or ""
+        )
+        servers = rc.parse_servers(
+            self._admin.send("show servers state"), self._admin.send("show stat")
+        )
+        maps: dict[str, rc.MapEntries] = {}
+        for (namespace, service), entry in layout.items():
+            names = self.settings.names(namespace, service)
+            paths = [names.weights_map, names.slots_map]
+            if entry.match_kind is not None:
+                paths.append(names.match_map)
+            for path in paths:
+                answer = self._admin.send(f"show map {path}")
+                if not answer.startswith("Unknown"):
+                    maps[str(path)] = rc.parse_map(answer)
+        return rc.RuntimeState(structure=structure, layout=layout, servers=servers, maps=maps)
+
+    def _plan(
+        self, routes: Sequence[ServiceRoute], observed: rc.RuntimeState
+    ) -> list[rc.ServicePlan]:
+        plans = []
+        for route in routes:
+            names = self.settings.names(route.namespace, route.service)
+            entry = observed.layout.get(route.key)
+            count = entry.slot_count if entry is not None else 0
+            plans.append(
+                rc.plan_service(
+                    route,
+                    previous=observed.slots_of(names) if entry is not None else {},
+                    slot_count=count,
+                    busy=observed.busy_slots(names, count),
+                )
+            )
+        return plans
+
+    def apply(self, routes: Sequence[ServiceRoute]) -> None:
+        """Converge HAProxy to ``routes`` (every service it should serve); idempotent.
+
+        Writes the config and maps, reloads only for a structure change, then sends the
+        runtime commands that differ. Raises :class:`RouteError` for invalid routes (nothing
+        changed), :class:`RouterNotRunning`, :class:`RouterError` when HAProxy refuses the
+        config, :class:`RuntimeCommandError` when it refuses commands.
+        """
+        routes = tuple(routes)
+        rc.validate(routes, stats_port=self.settings.stats_port)
+        self._require_running()
+        observed = self._observe()
+        plans = self._plan(routes, observed)
+        structure = rc.render(plans, self.settings).structure
+        if observed.structure != structure:
+            # Before any file changes: a refused config must not be what a restart loads.
+            self._check_ports_free(routes, observed)
+            self._verify(plans)
+        rendered = self._render_and_write(plans)
+        if observed.structure != rendered.structure:
+            self._reload(rendered.structure)
+            observed = self._observe()
+        self._send(rc.converge(rendered.runtime, observed))
+
+    def _check_ports_free(self, routes: Sequence[ServiceRoute], observed: rc.RuntimeState) -> None:
+        """Refuse front ports that another process holds, before a reload would fail on them.
+
+        Ports the running HAProxy binds already are skipped (it binds with SO_REUSEPORT and
+        hands them to the new worker); a race with another process is still possible, and
+        then the reload fails with HAProxy's message.
+        """
+        held = {e.rest_port for e in observed.layout.values()}
+        held |= {e.grpc_port for e in observed.layout.values()}
+        held.add(self.settings.stats_port)
+        for route in routes:
+            for port, proto in ((route.rest_port, "REST"), (route.grpc_port, "gRPC")):
+                if port in held:
+                    continue
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    try:
+                        probe.bind(("127.0.0.1", port))
+                    except OSError as error:
+                        raise RouteError(
+                            f"service {route.namespace}/{route.service}: {proto} front port "
+                            f"{port} is taken by another process ({error.strerror}); "
+                            "free it or choose another port"
+                        ) from error
+
+    def _reload(self, structure: str) -> None:
+        old_worker = self._worker_pid()
+        failed_before = self._failed_reloads()
+        # The master re-executes itself and may drop the connection before answering.
+        with contextlib.suppress(RouterError):
+            self._master.send("reload")
+        self._wait_for(structure, "reload", old_worker=old_worker, failed_before=failed_before)
+        self.reloads += 1
+
+    def _send(self, changes: Sequence[rc.Change]) -> None:
+        sent: list[str] = []
+        deferred: list[str] = []
+        refused: list[str] = []
+
+        def run(command: str, payload: str | None = None, *, deferrable: bool = False) -> str:
+            answer = self._admin.send(command, payload).strip()
+            sent.append(command)
+            if answer and not answer.startswith(_OK_ANSWERS):
+                (deferred if deferrable else refused).append(f"{command}: {answer}")
+            return answer
+
+        for change in changes:
+            if isinstance(change, rc.Command):
+                run(change.line, deferrable=change.deferrable)
+                continue
+            answer = run(f"prepare map {change.path}")
+            version = re.search(r"New version created:\s*(\d+)", answer)
+            if version is None:
+                continue
+            at = f"@{version.group(1)} {change.path}"
+            if change.entries:
+                run(f"add map {at}", rc.map_text(change.entries))
+            run(f"commit map {at}")
+        self.last_changes = tuple(sent)
+        self.deferred = tuple(deferred)
+        if refused:
+            raise RuntimeCommandError(
+                "HAProxy refused runtime commands (the next apply retries them):\n"
+                + "\n".join(refused)
+            )
+
+    def inflight(self) -> dict[tuple[str, str, str], int]:
+        """Outstanding requests (in progress + queued, REST + gRPC) per
+        ``(namespace, service, endpoint)``, for every server HAProxy has, draining and
+        leaving ones included: stop a replica's process once its count is 0."""
+        self._require_running()
+        counts: dict[tuple[str, str, str], int] = {}
+        servers = rc.parse_servers(
+            self._admin.send("show servers state"), self._admin.send("show stat")
+        )
+        for backend, by_name in servers.items():
+            slot = rc.parse_slot_backend(backend)
+            if slot is None:
+                continue
+            for name, state in by_name.items():
+                key = (slot.namespace, slot.service, name)
+                counts[key] = counts.get(key, 0) + state.outstanding
+        return counts
+
+    def actual(self) -> dict[tuple[str, str], ServiceRoute]:
+        """What HAProxy routes now, read back from its runtime API.
+
+        Weights are counted in the weights map, revision names come from the slots map,
+        endpoints from the slot backends' servers (those in maintenance, on their way out,
+        are left out), in slot order and by name.
+        """
+        self._require_running()
+        return rc.actual_routes(self._observe(), self.settings)
+
+    def describe(self) -> str:
+        """One line for ``servectl doctor`` and ``status``."""
+        path = find_haproxy(self.binary)
+        if path is None:
+            return f"router: HAProxy not found ({self.binary!r}); {INSTALL_HINT}"
+        version = haproxy_version(path) or "(version unknown)"
+        pid = self.pid
+        if pid is None:
+            return f"router: HAProxy {version} ({path}), not running ({self.directory})"
+        worker = self._worker_pid()
+        return (
+            f"router: HAProxy {version} ({path}), running: master pid {pid}, worker pid "
+            f"{worker if worker is not None else '?'}, metrics at "
+            f"http://{self.metrics_address}/metrics"
+        )
+
+    def __repr__(self) -> str:
+        state = f"running (pid {self.pid})" if self.running else "stopped"
+        return f"Router({str(self.directory)!r}, {state})"
