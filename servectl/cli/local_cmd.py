@@ -202,7 +202,7 @@ def status(
     try:
         info = client.controller()
         ports = client.store.get_setting("ports") or {}
-        services = client.list()
+        services = client.services()
         replicas = client.replicas()
         from servectl.backends.local import cgroups
 

@@ -210,7 +210,7 @@ def get(
 
     client = _client(state_dir(state))
     try:
-        rows = client.list(namespace)
+        rows = client.services(namespace)
         if name is not None:
             rows = [r for r in rows if r.name == name]
             if not rows:
@@ -390,7 +390,7 @@ def explain(
         + ("" if cycle["applied"] else " (mode recommend: not applied)")
     )
     sig = cycle["service"]
-    lat = ", ".join(f"p{k} {v:.1f} ms" for k, v in sig.get("latencyMs", {}).items())
+    lat = ", ".join(f"{k} {v:.1f} ms" for k, v in sig.get("latencyMs", {}).items())
     cpu = _num(sig.get("cpuUtilization"), "{:.0f}")
     p(
         f"seen:      {_num(sig.get('rps'))} req/s, CPU {cpu} % of request, "
@@ -603,7 +603,7 @@ def top(
     """Per revision: replicas, CPU, GPU duty cycle, requests/s, p99 (last tick's metrics)."""
     client = _client(state_dir(state))
     try:
-        rows = [r for r in client.list(namespace) if name is None or r.name == name]
+        rows = [r for r in client.services(namespace) if name is None or r.name == name]
         cycles = {r.name: client.store.get_setting(f"cycle/{r.namespace}/{r.name}") for r in rows}
     finally:
         client.close()
@@ -624,7 +624,7 @@ def top(
                     "cpuUtilization": s.get("cpuUtilization"),
                     "gpuDutyCycle": s.get("gpuDutyCycle"),
                     "rps": s.get("rps"),
-                    "p99Ms": s.get("latencyMs", {}).get("99"),
+                    "p99Ms": s.get("latencyMs", {}).get("p99"),
                     "errorRate": s.get("errorRate"),
                 }
             )
@@ -796,8 +796,8 @@ def rollout_history(
             [
                 str(r["id"]),
                 _when(r["time"]),
-                f"v{r.get('stableVersion')}",
-                f"v{r.get('canaryVersion')}" if r.get("canaryVersion") is not None else "-",
+                f"v{r.get('fromVersion', r.get('stableVersion'))}",
+                f"v{r['toVersion']}" if r.get("toVersion") is not None else "-",
                 str(r.get("phase")),
                 str(r.get("message", "")),
             ]

@@ -243,7 +243,10 @@ def events_for(
     before = previous.autoscaling.desired_replicas if previous and previous.autoscaling else None
     after = status.autoscaling.desired_replicas if status.autoscaling else None
     if before is not None and after is not None and before != after:
-        what = f"total replicas {before} -> {after} ({outcome.reason})"
+        detail = outcome.decision.detail if outcome.decision is not None else ""
+        what = f"total replicas {before} -> {after} ({outcome.reason}" + (
+            f": {detail})" if detail else ")"
+        )
         if applied:
             events.append(Event(now, EventType.NORMAL, EventReason.SCALED, what))
         else:

@@ -495,12 +495,12 @@ class LocalBackend:
         before = (previous or {}).get("rollout") or {}
         if before.get("phase") == str(rollout.phase):
             return
-        self.store.append_rollout(
-            self.namespace,
-            self.name,
-            rollout.model_dump(mode="json", by_alias=True, exclude_none=True),
-            now=self._wall(),
-        )
+        record = rollout.model_dump(mode="json", by_alias=True, exclude_none=True)
+        # When it completes, the new version is already the stable one: say where it began.
+        record["fromVersion"] = before.get("stableVersion", rollout.stable_version)
+        record["toVersion"] = before.get("canaryVersion", rollout.canary_version)
+        record.pop("state", None)
+        self.store.append_rollout(self.namespace, self.name, record, now=self._wall())
 
     def emit(self, events: Sequence[Event]) -> None:
         if not events:

@@ -52,6 +52,9 @@ class Setup:
     cpu_version: int | None  # 1 or 2
     memory_version: int | None
     notes: tuple[str, ...] = field(default_factory=tuple)  # what is missing, and why
+    # cgroup v1 with cpu and cpuacct mounted apart: the parent of servectl's groups in the
+    # cpuacct hierarchy, where a replica's CPU usage is counted (cpuacct.usage).
+    cpuacct: Path | None = None
 
     @property
     def limits_cpu(self) -> bool:
@@ -128,12 +131,24 @@ def detect(mounts: Sequence[CgroupMount] | None = None) -> Setup:
         else:
             notes.append(f"no cgroup hierarchy with the {resource} controller is mounted")
     cpu, memory = chosen.get("cpu"), chosen.get("memory")
+    cpuacct = None
+    if cpu is not None and cpu[1] == 1:
+        cpu_mount = cpu[0].parent
+        accounting = [m for m in found if m.version == 1 and "cpuacct" in m.controllers]
+        if accounting and all(Path(m.mount_point) != cpu_mount for m in accounting):
+            parent = Path(accounting[0].mount_point) / PARENT
+            try:
+                _ensure_parent(parent, 1, "cpuacct")
+                cpuacct = parent
+            except CgroupError as exc:
+                notes.append(f"cgroup v1 cpuacct unusable (CPU usage read from /proc): {exc}")
     return Setup(
         cpu=cpu[0] if cpu else None,
         memory=memory[0] if memory else None,
         cpu_version=cpu[1] if cpu else None,
         memory_version=memory[1] if memory else None,
         notes=tuple(notes),
+        cpuacct=cpuacct,
     )
 
 
@@ -178,11 +193,12 @@ class Group:
     name: str
     cpu_dir: Path | None  # where its CPU quota is (and its CPU usage is read)
     memory_dir: Path | None
+    cpuacct_dir: Path | None = None  # v1 with cpuacct mounted apart: where usage is counted
 
     @property
     def dirs(self) -> tuple[Path, ...]:
         """Its directories, each once (v2 and a shared v1 mount use one for both)."""
-        found = [d for d in (self.cpu_dir, self.memory_dir) if d is not None]
+        found = [d for d in (self.cpu_dir, self.memory_dir, self.cpuacct_dir) if d is not None]
         return tuple(dict.fromkeys(found))
 
     def add(self, pid: int) -> None:
@@ -239,4 +255,5 @@ def create(setup: Setup, name: str, *, cpu_cores: float | None, memory_bytes: in
             )
         else:
             _write(directory / "memory.max", "max" if memory_bytes is None else str(memory_bytes))
-    return Group(name=name, cpu_dir=cpu_dir, memory_dir=memory_dir)
+    cpuacct_dir = group_dir(setup.cpuacct, 1, "cpuacct") if setup.cpuacct is not None else None
+    return Group(name=name, cpu_dir=cpu_dir, memory_dir=memory_dir, cpuacct_dir=cpuacct_dir)

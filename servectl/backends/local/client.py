@@ -188,7 +188,7 @@ class LocalClient:
         known = f"; services in {namespace}: {', '.join(names)}" if names else ""
         return f"no ModelService {name!r} in namespace {namespace!r}{known} (deploy it first)"
 
-    def list(self, namespace: str | None = None) -> list[Service]:
+    def services(self, namespace: str | None = None) -> list[Service]:
         return self.store.list_services(namespace)
 
     def delete(self, namespace: str, name: str) -> None:
