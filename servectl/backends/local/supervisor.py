@@ -782,6 +782,7 @@ class Supervisor:
     def kill(self, pod: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the replica's process (chaos, tests); no bookkeeping: the next
         ``poll`` sees what happened."""
+        self._check_open()
         slot = self._slots.get(pod)
         if slot is None:
             raise UnknownReplicaError(
