@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = f"it-{os.getpid()}"  # cgroup names are machine-wide
 GOOD = ("cost-v1-0", "cost-v1-1")
 BAD = "cost-v9-0"
+SMALL = "cost-small-0"  # a memory limit the server cannot start in
 READY_WITHIN_S = 20.0
 EXPORT = ("--models", "cost_model")
 
@@ -163,6 +164,33 @@ def test_a_version_that_does_not_exist_is_never_ready(cluster: Cluster) -> None:
     assert f"version 9 of cost_model is not on disk: {cluster.base}/9 does not exist" in (
         bad.last_error
     )
+
+
+def test_a_replica_over_its_memory_limit_is_oom_killed(cluster: Cluster) -> None:
+    if not cluster.setup.limits_memory:
+        pytest.skip(f"no memory limits here: {cluster.setup.describe()}")
+    # Started alone: a server thrashing at its memory limit slows every other one's start.
+    wait_for(cluster.sup, ready(*GOOD), READY_WITHIN_S)
+    limit = 150 << 20
+    cluster.sup.start(
+        ReplicaSpec(
+            NAMESPACE,
+            "cost",
+            "cost-v1",
+            SMALL,
+            "cost_model",
+            cluster.base,
+            1,
+            cpu_cores=0.5,
+            memory_bytes=limit,
+        )
+    )
+    small = wait_for(cluster.sup, lambda rs: rs[SMALL].last_error is not None, 20)[SMALL]
+    assert small.last_error.startswith(  # type: ignore[union-attr]
+        "OOM-killed: the server needed more than its memory limit of 150 MiB"
+    )
+    cluster.sup.stop(SMALL, grace_s=0)
+    wait_for(cluster.sup, lambda rs: SMALL not in rs, 10)
 
 
 def test_stop_sends_sigterm_and_the_replica_goes(cluster: Cluster) -> None:

@@ -436,6 +436,23 @@ def alive(pid: int, ticks: int | None) -> bool:
     return ticks is None or int(fields[19]) == ticks
 
 
+def oom_kills(group_dir: Path | None) -> int | None:
+    """How many processes the kernel has OOM-killed in a memory group (``oom_kill`` in
+    v2's ``memory.events`` or v1's ``memory.oom_control``), or None where it cannot say."""
+    if group_dir is None:
+        return None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = (group_dir / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
 def rss_bytes(pid: int) -> int | None:
     """The process's resident memory (``VmRSS``), or None if it has gone."""
     try:
@@ -552,6 +569,7 @@ class _Slot:
         self.group: cgroups.Group | None = None
         self.limits = ""
         self.log_offset = 0
+        self.oom_kills: int | None = None  # in its memory group when the process started
         self.stop_deadline: float | None = None  # on the supervisor's clock
         self.stop_deadline_wall: float | None = None
         self.killed = False
@@ -601,6 +619,7 @@ class _Slot:
             "last_error": self.last_error,
             "stop_deadline": self.stop_deadline_wall,
             "log_offset": self.log_offset,
+            "oom_kills": self.oom_kills,
         }
 
 
@@ -763,6 +782,7 @@ class Supervisor:
     def kill(self, pod: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the replica's process (chaos, tests); no bookkeeping: the next
         ``poll`` sees what happened."""
+        self._check_open()
         slot = self._slots.get(pod)
         if slot is None:
             raise UnknownReplicaError(
@@ -928,6 +948,7 @@ class Supervisor:
                 slot.group.add(process.pid)
             except cgroups.CgroupError as exc:
                 slot.limits = f"not enforced: {exc}"
+        slot.oom_kills = oom_kills(slot.group.memory_dir if slot.group else None)
         slot.process, slot.pid, slot.adopted = process, process.pid, False
         slot.ticks = start_ticks(process.pid)
         slot.rest_port, slot.grpc_port = rest_port, grpc_port
@@ -1057,7 +1078,10 @@ class Supervisor:
             return
         reason = _describe_exit(code, pid)
         line = _last_line(tail)
-        if line:
+        oom = self._oom_killed(slot)
+        if oom is not None:
+            reason = f"{oom} ({reason})"
+        elif line:
             reason += f": {line}"
         if "already in use" in tail.lower() and slot.port_retries < PORT_RETRIES:
             slot.port_retries += 1
@@ -1076,6 +1100,19 @@ class Supervisor:
                 f"{version_dir} does not exist)"
             )
         self._crashed(slot, reason, now)
+
+    def _oom_killed(self, slot: _Slot) -> str | None:
+        """What to say when the kernel killed the process for its memory limit, or None."""
+        memory_dir = slot.group.memory_dir if slot.group is not None else None
+        before, after = slot.oom_kills, oom_kills(memory_dir)
+        if before is None or after is None or after <= before:
+            return None
+        limit = slot.spec.memory_bytes
+        size = "" if limit is None else f" of {limit / 2**20:g} MiB"
+        return (
+            f"OOM-killed: the server needed more than its memory limit{size}; raise "
+            "memory_bytes (servectl's server with TensorFlow uses about 260 MiB)"
+        )
 
     def _crashed(self, slot: _Slot, reason: str, now: float) -> None:
         delay = slot.backoff_s
@@ -1178,6 +1215,9 @@ class Supervisor:
             slot.restarts = int(data.get("restarts") or 0)
             slot.backoff_s = float(data.get("backoff_s") or BACKOFF_INITIAL_S)
             slot.log_offset = int(data.get("log_offset") or 0)
+            slot.oom_kills = data.get("oom_kills")
+            if slot.oom_kills is not None and not isinstance(slot.oom_kills, int):
+                raise ValueError(f"oom_kills: expected an integer, got {slot.oom_kills!r}")
             slot.last_error = data.get("last_error")
             slot.limits = str(data.get("limits") or "")
             for key in ("pid", "start_ticks", "rest_port", "grpc_port"):

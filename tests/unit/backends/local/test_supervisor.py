@@ -546,6 +546,30 @@ def test_limits_go_into_a_group_per_replica(tmp_path: Path, run_dir: Path, make)
     assert listed.cgroup == str(cpu)
 
 
+def test_an_oom_kill_says_so(tmp_path: Path, run_dir: Path, make) -> None:
+    """The kernel counts OOM kills per memory group (v1 memory.oom_control, v2
+    memory.events): a SIGKILL with the count up is the memory limit, not chaos."""
+    mount = CgroupMount(str(tmp_path / "cg"), "/", 1, frozenset({"memory"}))
+    group = tmp_path / "cg" / "servectl" / "default.m-v1-0"
+    group.mkdir(parents=True)
+    (group / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    sup = make(run_dir, cgroups=cgroups.detect([mount]))
+    sup.start(spec(model(tmp_path), memory_bytes=200 << 20))
+    wait_for(sup, all_ready(1))
+    (group / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    sup.kill("m-v1-0")
+    (replica,) = wait_for(sup, phase_of("m-v1-0", Phase.BACKOFF))
+    assert replica.last_error == (
+        "OOM-killed: the server needed more than its memory limit of 200 MiB; raise "
+        "memory_bytes (servectl's server with TensorFlow uses about 260 MiB) "
+        "(killed by signal 9 (SIGKILL))"
+    )
+    wait_for(sup, all_ready(1), timeout_s=5)
+    sup.kill("m-v1-0")  # no new OOM kill: plain SIGKILL
+    (replica,) = wait_for(sup, phase_of("m-v1-0", Phase.BACKOFF))
+    assert replica.message.startswith("killed by signal 9 (SIGKILL)")
+
+
 # --------------------------------------------------------------------------- adoption
 
 CONTROLLER = """
