@@ -72,8 +72,9 @@ def up(
     \b
       servectl up
       servectl model export-demo ~/models
-      servectl deploy cost --model-path ~/models/cost_model --min 1 --max 4
-      curl -d '{"instances": [[1,2,3,4,5,6,7,8]]}' localhost:8501/v1/models/cost_model:predict
+      servectl deploy cost --model-path ~/models/cost_model --max 4
+      curl -d '{"instances": [[1,2,3,4,5,6,7,8]]}' \\
+          localhost:8501/v1/models/cost_model:predict
     """
     directory = state_dir(state)
     problems = _missing_binaries()

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from servectl import __version__
-from servectl.cli import bench_cmd, local_cmd, service_cmd, simulate_cmd, spec_cmd
+from servectl.cli import bench_cmd, demo_cmd, local_cmd, service_cmd, simulate_cmd, spec_cmd
 from servectl.cli.console import err, out
 from servectl.cli.exporter_cmd import exporter_app
 from servectl.cli.loadtest_cmd import loadtest
@@ -41,6 +41,7 @@ app.add_typer(metrics_app, name="metrics")
 app.add_typer(exporter_app, name="exporter")
 app.add_typer(crds_app, name="crds")
 # Commands in the order a new user meets them; groups follow them in --help.
+app.command()(demo_cmd.demo)
 app.command()(local_cmd.up)
 service_cmd.register(app, rollout_app)
 app.command()(local_cmd.status)

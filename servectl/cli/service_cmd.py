@@ -88,7 +88,8 @@ def deploy(
 
     \b
     Flag form (the common case):
-      servectl deploy cost --model-path ~/models/cost_model --min 1 --max 4 --latency-p99 200
+      servectl deploy cost --model-path ~/models/cost_model --min 1 --max 4 \\
+          --latency-p99 200
     File form (everything: rollout strategy, policies, analysis):
       servectl deploy -f service.yaml
 

@@ -15,9 +15,11 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -353,12 +355,15 @@ def run(
     progress_every_s: float = 3.0,
     python: str = sys.executable,
     env: dict[str, str] | None = None,
+    stop: threading.Event | None = None,
 ) -> LoadTestResult:
     """Run the load test; raises ValueError (bad options, see ``check``) or ``LoadTestError``.
 
     Locust's own output goes to ``config.log_file``; ``progress`` gets a ``Progress`` every
     ``progress_every_s`` seconds. Failed requests do not raise: read ``summary``. A target
     that takes no connection raises :class:`UnreachableError` before Locust starts.
+    Setting ``stop`` ends the test early (SIGINT: Locust stops its users and writes its
+    reports, which are read as usual).
     """
     config.check()
     preflight(config)
@@ -393,6 +398,8 @@ def run(
         except OSError as exc:
             raise LoadTestError(f"cannot start Locust ({cmd[0]}): {exc}") from exc
         assert proc.stdout is not None
+        if stop is not None:
+            threading.Thread(target=_stop_when, args=(stop, proc), daemon=True).start()
         for line in proc.stdout:
             if line.startswith(PROGRESS_PREFIX):
                 if progress is not None:
@@ -423,6 +430,14 @@ def run(
         command=cmd,
         wall_s=wall,
     )
+
+
+def _stop_when(stop: threading.Event, proc: subprocess.Popen[str]) -> None:
+    while proc.poll() is None:
+        if stop.wait(0.2):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # Locust stops its users and writes its reports
+            return
 
 
 def _progress(text: str) -> Progress | None:

@@ -615,6 +615,7 @@ class _Slot:
             "started_at": self.started_at,
             "cgroup_cpu": _str_or_none(self.group.cpu_dir if self.group else None),
             "cgroup_memory": _str_or_none(self.group.memory_dir if self.group else None),
+            "cgroup_cpuacct": _str_or_none(self.group.cpuacct_dir if self.group else None),
             "limits": self.limits,
             "last_error": self.last_error,
             "stop_deadline": self.stop_deadline_wall,
@@ -1231,8 +1232,9 @@ class Supervisor:
             return None
         cpu_dir = _path_or_none(data.get("cgroup_cpu"))
         memory_dir = _path_or_none(data.get("cgroup_memory"))
+        cpuacct_dir = _path_or_none(data.get("cgroup_cpuacct"))
         if cpu_dir is not None or memory_dir is not None:
-            slot.group = cgroups.Group(spec.group_name, cpu_dir, memory_dir)
+            slot.group = cgroups.Group(spec.group_name, cpu_dir, memory_dir, cpuacct_dir)
         return slot, data
 
     def _adopt(self) -> None:

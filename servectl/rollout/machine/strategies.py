@@ -55,6 +55,11 @@ def advance(
     if state.phase is Phase.COMPLETED:
         return state, _settled(state, hold)
     if state.phase is Phase.ABORTED:
+        if view.weights.get(state.canary, 0) == 0 and view.header != state.canary:
+            # The abort is done: every request is back on stable. What is left is a
+            # service with one revision (the canary drains and goes); the autoscaler
+            # sizes stable again, and rule 4's floor has nothing left to protect.
+            return state, _settled(state, hold)
         return state, _abort_intent(state, hold)
     strategy = spec.strategy
     if strategy is models.RolloutStrategy.AB_TEST:

@@ -135,3 +135,22 @@ def test_a_hierarchy_that_refuses_the_controller_is_skipped_with_a_note(tmp_path
     setup = cgroups.detect([mount])
     assert not setup.limits_cpu and not setup.limits_memory
     assert "cgroup v2 cpu unusable" in setup.describe()
+
+
+def test_cpuacct_mounted_apart_gets_a_group_too(tmp_path: Path) -> None:
+    """This machine mounts v1 cpu and cpuacct apart: usage is counted in cpuacct, so a
+    replica joins a group there as well (the exporter reads cpuacct.usage from it)."""
+    mounts = [
+        v1(tmp_path / "cpu", "cpu"),
+        v1(tmp_path / "cpuacct", "cpuacct"),
+        v1(tmp_path / "memory", "memory"),
+    ]
+    setup = cgroups.detect(mounts)
+    assert setup.cpuacct == tmp_path / "cpuacct" / "servectl"
+    group = cgroups.create(setup, "m-v1-0", cpu_cores=0.5, memory_bytes=None)
+    assert group.cpuacct_dir == tmp_path / "cpuacct" / "servectl" / "m-v1-0"
+    assert group.cpuacct_dir in group.dirs and group.cpuacct_dir.is_dir()
+    # Together (cpu,cpuacct in one hierarchy) or on v2: nothing extra.
+    shared = cgroups.detect([v1(tmp_path / "both", "cpu", "cpuacct")])
+    assert shared.cpuacct is None
+    assert cgroups.detect([v2(tmp_path / "unified", "cpu memory")]).cpuacct is None
