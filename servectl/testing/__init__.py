@@ -6,7 +6,9 @@
   kube-state-metrics, dcgm-exporter and TF Serving, and a reader for exposition;
 - :mod:`servectl.testing.exporters`: fake exporters on loopback ports, and
   :class:`~servectl.testing.exporters.Scenario`, pods whose counters grow at set rates
-  for a real Prometheus to scrape.
+  for a real Prometheus to scrape;
+- :mod:`servectl.testing.replicas`: fake model-server replicas (REST and gRPC answering
+  their name) for router tests and benches.
 """
 
 from __future__ import annotations

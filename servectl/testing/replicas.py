@@ -9,7 +9,8 @@ connections are cut, not left to finish).
   body; ``?sleep=<seconds>`` delays the answer.
 - gRPC (h2c): the unary method :data:`GRPC_METHOD`, raw bytes in and out (no protobuf): the
   answer is the name; a request body holding a number of seconds delays it. Needs
-  ``grpcio`` (the ``serving`` extra); REST alone does not.
+  ``grpcio`` (the ``serving`` extra); with ``grpc=False`` the gRPC port is a free port
+  nobody answers on.
 
 Example::
 
@@ -114,6 +115,9 @@ class FakeReplica:
 
             def setup(self) -> None:
                 super().setup()
+                # Headers and body are two writes: without this, Nagle's algorithm holds
+                # the body until the client's delayed ACK (40 ms).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 with replica._lock:
                     replica._connections.add(self.connection)
 
@@ -157,6 +161,11 @@ class FakeReplica:
         self._http_thread.start()
         if self.with_grpc:
             self._start_grpc()
+        elif self._grpc_port == 0:
+            # A port nobody answers on, so that the replica is still a valid endpoint.
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self._grpc_port = probe.getsockname()[1]
         return self
 
     def _start_grpc(self) -> None:

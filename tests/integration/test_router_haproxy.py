@@ -320,14 +320,6 @@ def test_a_dead_replica_fails_no_request(router: Router, replica: ReplicaFactory
 # --- process lifecycle -------------------------------------------------------------------
 
 
-def _haproxy_pids(router: Router) -> list[int]:
-    return [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and router._is_ours(int(p.name))
-    ]
-
-
 def test_kill_9_of_haproxy_then_ensure_running_restores_the_routes(
     router: Router, replica: ReplicaFactory
 ) -> None:
@@ -344,7 +336,7 @@ def test_kill_9_of_haproxy_then_ensure_running_restores_the_routes(
     before = router.actual()
     assert router.ensure_running() is False
 
-    pids = _haproxy_pids(router)
+    pids = router.processes()
     assert len(pids) >= 2  # master and worker
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -538,3 +530,10 @@ def test_a_missing_binary_says_how_to_install_it(tmp_path: Path) -> None:
     with pytest.raises(RouterNotFound, match="apt-get install haproxy"):
         router.start()
     assert "apt-get install haproxy" in router.describe()
+
+
+def test_a_directory_haproxy_cannot_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RouterError, match="spaces"):
+        Router(tmp_path / "my router", stats_port=free_port())
+    with pytest.raises(RouterError, match="shorter directory"):
+        Router(tmp_path / ("x" * 120), stats_port=free_port())

@@ -1,12 +1,16 @@
-"""The local runtime (DESIGN §7): ``servectl up`` on one machine.
+"""The local runtime: servectl on one machine, without Kubernetes (docs/local-runtime.md).
 
-It will hold the state store (:mod:`servectl.backends.local.store`, SQLite: specs, status,
-loop state, events, the command queue and rollout history), a process supervisor running
-each replica as a model server process in its own cgroup
-(:mod:`servectl.backends.local.supervisor`, on :mod:`servectl.backends.local.cgroups`),
-HAProxy as the router, and the ``LocalBackend`` that implements
-:class:`servectl.controller.backend.Backend` on them. The store, the cgroups and the
-supervisor exist so far.
+- :mod:`~servectl.backends.local.store`: the SQLite state store (specs, status, loop state,
+  events, the command queue, rollout history, the runtime's per-service records);
+- :mod:`~servectl.backends.local.supervisor`: each replica as a model-server process, in its
+  own cgroup (:mod:`~servectl.backends.local.cgroups`);
+- :mod:`~servectl.backends.local.router`: HAProxy (its pure half, config and runtime
+  commands, is :mod:`~servectl.backends.local.router_config`);
+- :mod:`~servectl.backends.local.backend`: ``LocalBackend``, one service as a
+  :class:`servectl.controller.backend.Backend`;
+- :mod:`~servectl.backends.local.runtime`: the controller (every piece, and the 1 s loop);
+- :mod:`~servectl.backends.local.client`: what the CLI does to the store;
+- :mod:`~servectl.backends.local.demo`: ``servectl demo``.
 
 It never imports another backend (import-linter: "Backends are independent").
 """

@@ -36,6 +36,7 @@ Layout of ``directory``::
     admin.sock       the runtime API (stats socket, level admin)
     master.sock      the master CLI (reload, show proc)
     haproxy.log      the process's stdout and stderr (appended across restarts)
+    .check/          a candidate config and maps while ``haproxy -c`` checks them
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ INSTALL_HINT = "install it with the Debian package: apt-get install haproxy"
 _POLL_S = 0.02
 _SOCKET_TIMEOUT_S = 5.0
 _MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the terminating NUL
-_READ_PREFIXES = ("show ", "get ")
+_UNSAFE_PATH = re.compile(r"[\s;#'\"\\]")
 # Answers of commands that worked; anything else is HAProxy saying why not.
 _OK_ANSWERS = (
     "New server registered.",
@@ -243,6 +244,12 @@ class Router:
         )
         self.binary = binary
         self.start_timeout_s = start_timeout_s
+        if _UNSAFE_PATH.search(str(self.settings.directory)):
+            raise RouterError(
+                f"router directory {str(self.settings.directory)!r}: HAProxy's config and "
+                "runtime API cannot take spaces, quotes, '#', ';' or '\\' in paths; use "
+                "another directory"
+            )
         scratch_socket = self.settings.directory / ".check" / "admin.sock"  # see _verify
         for sock in (scratch_socket, self.settings.master_socket):
             if len(str(sock).encode()) > _MAX_UNIX_PATH:
@@ -250,7 +257,10 @@ class Router:
                     f"{sock} is longer than a unix socket path may be ({_MAX_UNIX_PATH} "
                     "bytes): give the router a shorter directory"
                 )
-        rc.ms(self.settings.timeouts.connect_s)  # fail early on a bad timeout
+        timeouts_ = self.settings.timeouts
+        for seconds in (timeouts_.connect_s, timeouts_.client_s, timeouts_.server_s):
+            rc.ms(seconds)  # fail early on a bad timeout
+        rc.ms(timeouts_.check_interval_s)
         self._admin = RuntimeAPI(self.settings.admin_socket, on_command=on_command)
         self._master = RuntimeAPI(self.settings.master_socket, on_command=on_command)
         self._process: subprocess.Popen[bytes] | None = None
@@ -295,7 +305,8 @@ class Router:
         pairs = itertools.pairwise(args)
         return b"-c" not in args and any(a == b"-f" and b == config for a, b in pairs)
 
-    def _our_pids(self) -> list[int]:
+    def processes(self) -> list[int]:
+        """Pids of every HAProxy process of this router: master, worker, old workers."""
         pids = []
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and self._is_ours(int(entry.name)):
@@ -342,11 +353,12 @@ class Router:
                 "use it, or stop() it first"
             )
         binary = self._binary_path()
-        self._kill(self._our_pids())  # workers of a master that was killed
+        self._kill(self.processes())  # workers of a master that was killed
         self.directory.mkdir(parents=True, exist_ok=True)
         plans = self._load_plans()
         self._verify(plans, binary)
-        rendered = self._render_and_write(plans)
+        rendered = rc.render(plans, self.settings)
+        self._write(plans, rendered)
         command = [
             binary,
             "-W",
@@ -493,7 +505,7 @@ class Router:
                 except (ProcessLookupError, PermissionError):
                     self._kill([pid])
                 self._wait_gone(pid, 5.0)
-        self._kill(self._our_pids())
+        self._kill(self.processes())
         if self._process is not None:
             self._process.poll()
             self._process = None
@@ -522,8 +534,8 @@ class Router:
                 log.write(f"--- servectl: ignored {self.settings.routes_path}: {error}\n")
             return []
 
-    def _render_and_write(self, plans: Sequence[rc.ServicePlan]) -> rc.Rendered:
-        rendered = rc.render(plans, self.settings)
+    def _write(self, plans: Sequence[rc.ServicePlan], rendered: rc.Rendered) -> None:
+        """Write routes.json, the maps and the config where they changed (atomically)."""
         maps_dir = self.settings.maps_dir
         maps_dir.mkdir(parents=True, exist_ok=True)
         routes = json.dumps(rc.plans_to_json(plans), indent=1) + "\n"
@@ -533,10 +545,9 @@ class Router:
         for stale in maps_dir.glob("*.map"):
             if stale not in rendered.maps:
                 stale.unlink(missing_ok=True)
-        # The config last: it carries the structure fingerprint, so a crash before this
-        # line leaves an old fingerprint and the next apply reloads (never the reverse).
+        # A crash between these writes is harmless: start() renders config and maps again
+        # from routes.json, and a reload happens only after the config is written.
         _write_if_changed(self.config_path, rendered.config)
-        return rendered
 
     # --- runtime state
 
@@ -597,12 +608,12 @@ class Router:
         self._require_running()
         observed = self._observe()
         plans = self._plan(routes, observed)
-        structure = rc.render(plans, self.settings).structure
-        if observed.structure != structure:
+        rendered = rc.render(plans, self.settings)
+        if observed.structure != rendered.structure:
             # Before any file changes: a refused config must not be what a restart loads.
             self._check_ports_free(routes, observed)
             self._verify(plans)
-        rendered = self._render_and_write(plans)
+        self._write(plans, rendered)
         if observed.structure != rendered.structure:
             self._reload(rendered.structure)
             observed = self._observe()
