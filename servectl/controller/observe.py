@@ -11,10 +11,10 @@ returns, and the replicas and routes as :class:`RevisionState` values the backen
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servectl.api import models
-from servectl.autoscaling.snapshot import Replicas, Snapshot
+from servectl.autoscaling.snapshot import PodSample, Replicas, Signals, Snapshot
 from servectl.metrics import assemble
 from servectl.planning.types import Observed, ObservedRevision
 
@@ -31,6 +31,25 @@ class RevisionState:
     draining: int = 0
     weight: int = 0  # percent applied at the router
     available: bool = False  # TF Serving reports the version AVAILABLE on a ready replica
+    # The ready replicas' names, when the backend knows them: CPU then counts only theirs
+    # (a replica loading its model burns CPU that no request asked for; the HPA ignores
+    # unready pods' CPU too). None: count every replica Prometheus has.
+    ready_pods: frozenset[str] | None = None
+
+
+def ready_cpu(
+    signals: Signals, pods: Sequence[PodSample], ready: frozenset[str]
+) -> tuple[Signals, tuple[PodSample, ...]]:
+    """``signals`` with CPU usage and utilization over the ``ready`` pods only, and the
+    pods marked ready or not. Unchanged when no ready pod has a CPU sample."""
+    marked = tuple(replace(p, ready=p.name in ready) for p in pods)
+    counted = [p for p in marked if p.ready and p.cpu_usage_cores is not None]
+    if not counted:
+        return signals, marked
+    usage = sum(p.cpu_usage_cores or 0.0 for p in counted)
+    request = sum(p.cpu_request_cores for p in counted)
+    utilization = 100.0 * usage / request if request > 0 else signals.cpu_utilization
+    return replace(signals, cpu_usage_cores=usage, cpu_utilization=utilization), marked
 
 
 def observe(
@@ -57,8 +76,17 @@ def observe(
     available = assemble.condition(metrics, namespace, service, serving, required=required)
     ok = available.status is models.ConditionStatus.TRUE
     observed_revisions = []
+    ready_names: set[str] | None = set()
+    for r in revisions:
+        if r.ready_pods is None:
+            ready_names = None
+        elif ready_names is not None and (r.weight > 0 or r.name == header_revision):
+            ready_names |= r.ready_pods
     for r in revisions:
         own = metrics.revision(namespace, service, r.name)
+        signals, pods = own.signals, own.pods
+        if r.ready_pods is not None:
+            signals, pods = ready_cpu(signals, pods, r.ready_pods)
         observed_revisions.append(
             ObservedRevision(
                 name=r.name,
@@ -72,8 +100,8 @@ def observe(
                 snapshot=Snapshot(
                     time=now,
                     replicas=Replicas(current=r.desired, ready=r.ready, min=0, max=max_replicas),
-                    signals=own.signals,
-                    pods=own.pods,
+                    signals=signals,
+                    pods=pods,
                 ),
                 counters=own.counters,
             )
@@ -81,11 +109,17 @@ def observe(
     whole = metrics.service(namespace, service, serving)
     desired = sum(r.desired for r in revisions)
     ready = sum(r.ready for r in revisions if r.name in serving)
+    service_snapshot = whole.snapshot(
+        now, Replicas(current=desired, ready=ready, min=min_replicas, max=max_replicas)
+    )
+    if ready_names is not None:
+        signals, pods = ready_cpu(
+            service_snapshot.signals, service_snapshot.pods, frozenset(ready_names)
+        )
+        service_snapshot = replace(service_snapshot, signals=signals, pods=pods)
     return Observed(
         time=now,
-        service=whole.snapshot(
-            now, Replicas(current=desired, ready=ready, min=min_replicas, max=max_replicas)
-        ),
+        service=service_snapshot,
         revisions=tuple(observed_revisions),
         header_revision=header_revision,
         latency_bounds_us=metrics.latency_bounds_us,

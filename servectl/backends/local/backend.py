@@ -357,6 +357,7 @@ class LocalBackend:
                     draining=len(draining),
                     weight=weight,
                     available=bool(ready),
+                    ready_pods=frozenset(r.spec.pod for r in ready),
                 )
             )
         return states

@@ -35,6 +35,7 @@ from servectl.loadtest import runner
 
 SERVICE = "cost"
 MODEL = "cost_model"
+WARMUP_RAMP_S = 20.0
 INJECTED = "injected failure"  # the text of v3's own failures (servectl.modelserver.demo)
 
 
@@ -83,6 +84,9 @@ def service_doc(settings: DemoSettings) -> dict[str, Any]:
                     {"type": "latency", "percentile": 99, "targetMs": settings.slo_ms},
                 ],
                 "behavior": {"scaleDown": {"stabilizationSeconds": 20}},
+                # A local replica serves ~5 s after it starts (docs/local-runtime.md); the
+                # engine projects a rising load over this lead time.
+                "coldStartSeconds": 6,
             },
             "rollout": {
                 "strategy": "canary",
@@ -417,13 +421,25 @@ class Demo:
     def _story(self, started: float) -> DemoResult:
         s = self.settings
         base, high = s.base_rps, s.base_rps * s.step
+        # Warm-up: the base load until the service is steady on it (first requests, first
+        # scrapes and rates settle), so the step is the only change the story shows.
+        # A ramp, not a step from nothing: the autoscaler projects a rising load over a
+        # cold start, and a jump from idle would read as the start of a burst.
+        self.say(f"warm-up: ramping to {base:g} req/s, until the service is steady on it ...")
+        warmup = _Load(s, "warmup", [(0, 1), (WARMUP_RAMP_S, base), (3600, base)])
+        warmup.start()
+        try:
+            time.sleep(WARMUP_RAMP_S)
+            self._wait(self._steady_at_base, 60, "the service to be steady on the base load")
+        finally:
+            warmup.finish()
         self.t0 = time.time()
         recorder = Recorder(s.state_dir, self.t0, self.phase)
         recorder.on_event = self._event
         recorder.on_sample = self._sample
         recorder.start()
         phases: list[PhaseResult] = []
-        step_at = 20.0
+        step_at = 15.0
         try:
             # 1. A load step x5, held through the two rollouts.
             self._phase = ("baseline", base)
@@ -504,6 +520,16 @@ class Demo:
         p99 = (cycle.get("service", {}).get("latencyMs") or {}).get("p99")
         return desired >= 2 and ready == desired and p99 is not None and p99 < slo_ms
 
+    def _steady_at_base(self) -> bool:
+        assert self.client is not None
+        cycle = self.client.store.get_setting(f"cycle/default/{SERVICE}") or {}
+        rps = cycle.get("service", {}).get("rps")
+        return (
+            self._total_desired() == 1
+            and rps is not None
+            and abs(rps - self.settings.base_rps) < 0.25 * self.settings.base_rps
+        )
+
     def _total_desired(self) -> int:
         return sum(int(r.get("desiredReplicas", 0)) for r in self._status().get("revisions", []))
 
@@ -534,12 +560,25 @@ def _attribute(
     phases[-1].p99_ms = p99
 
 
+def _scaled_up(message: str) -> bool:
+    """A Scaled event's message ("total replicas 1 -> 3 (...)") says the count rose."""
+    try:
+        before, after = message.split("total replicas ", 1)[1].split(" (", 1)[0].split(" -> ")
+        return int(after) > int(before)
+    except (IndexError, ValueError):
+        return False
+
+
 def _step_figures(
     recorder: Recorder, t_step: float, slo_ms: float
 ) -> tuple[float | None, float | None]:
     """Load step -> first scale-up event; load step -> p99 under the SLO for 5 samples."""
     decision = next(
-        (e["t"] - t_step for e in recorder.events if e["reason"] == "Scaled" and e["t"] >= t_step),
+        (
+            e["t"] - t_step
+            for e in recorder.events
+            if e["reason"] == "Scaled" and e["t"] >= t_step and _scaled_up(e["message"])
+        ),
         None,
     )
     recovered = None
@@ -669,7 +708,14 @@ def plot_timeline(result: DemoResult, path: Path) -> Path:
     for phase in result.phases:
         for ax in axes:
             ax.axvline(phase.start_t, color="0.7", linewidth=0.8)
-        load_ax.annotate(phase.name, (phase.start_t, 0), fontsize=8, rotation=90, va="bottom")
+        load_ax.text(
+            phase.start_t + 1,
+            0.97,
+            phase.name,
+            transform=load_ax.get_xaxis_transform(),
+            fontsize=8,
+            va="top",
+        )
     fig.suptitle("servectl demo (measured)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
