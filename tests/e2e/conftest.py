@@ -79,8 +79,11 @@ class LocalRuntime:
         )
         pid = self.process.pid
         self.wait(
-            lambda: (self.client.store.get_setting("heartbeat") or {}).get("pid") == pid
-            and float((self.client.store.get_setting("heartbeat") or {}).get("time", 0)) >= started,
+            lambda: (
+                (self.client.store.get_setting("heartbeat") or {}).get("pid") == pid
+                and float((self.client.store.get_setting("heartbeat") or {}).get("time", 0))
+                >= started
+            ),
             timeout_s,
             "the controller's first tick",
         )
@@ -179,9 +182,101 @@ def runtime(tmp_path: Path) -> Iterator[LocalRuntime]:
         shutil.which("prometheus") is not None, "prometheus not found: apt-get install prometheus"
     )
     rt = LocalRuntime(tmp_path / "state")
-    rt.state_dir.mkdir(parents=True)
     rt.start()
     try:
         yield rt
     finally:
         rt.stop()
+
+
+class Load:
+    """A Locust run (``servectl.loadtest.runner``) in a thread: a ``t,rps`` trace against a
+    service's REST front port, stopped early with :meth:`finish`."""
+
+    def __init__(self, out: Path, port: int, trace: list[tuple[float, float]], name: str):
+        import threading
+
+        from servectl.loadtest import runner
+
+        out.mkdir(parents=True, exist_ok=True)
+        trace_file = out / f"{name}.csv"
+        trace_file.write_text("t,rps\n" + "".join(f"{t:g},{r:g}\n" for t, r in trace))
+        self.config = runner.LoadTestConfig(
+            target=f"http://127.0.0.1:{port}",
+            shape="trace",
+            trace=trace_file,
+            duration_s=None,
+            out_dir=out,
+            name=name,
+        )
+        self.stop = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from servectl.loadtest import runner
+
+        try:
+            self.result = runner.run(self.config, stop=self.stop)
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self) -> Any:
+        """Stop it; the Locust summary (``.total.requests``, ``.failures`` ...)."""
+        self.stop.set()
+        self.thread.join(timeout=60)
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None, "the load test did not finish"
+        return self.result.summary
+
+
+def service_doc(models: Path, **spec: Any) -> dict[str, Any]:
+    """A cost_model ModelService: 0.5 core replicas, a 6 s cold start, ``spec`` merged."""
+    doc: dict[str, Any] = {
+        "apiVersion": "servectl.io/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"name": "cost"},
+        "spec": {
+            "model": {"name": "cost_model", "basePath": str(models / "cost_model"), "version": 1},
+            "runtime": {"resources": {"cpu": "500m", "memory": "1Gi"}},
+            "autoscaling": {
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "coldStartSeconds": 6,
+                "signals": [{"type": "cpu", "targetUtilization": 70}],
+            },
+        },
+    }
+    for key, value in spec.items():
+        doc["spec"][key] = value
+    return doc
+
+
+def deploy(rt: LocalRuntime, doc: dict[str, Any]) -> int:
+    """Deploy ``doc``; wait for its first revision to serve; its REST front port."""
+    from servectl.api import validation
+
+    service = validation.load_model_service(doc)
+    rt.client.deploy(service)
+    name = doc["metadata"]["name"]
+    version = doc["spec"]["model"]["version"]
+    rt.wait(lambda: rt.ready(name).get(f"{name}-v{version}", 0) >= 1, 90, f"{name} to serve")
+    record = rt.client.record("default", name)
+    assert record is not None
+    rt.wait(lambda: try_predict(record.rest_port), 30, "a prediction through HAProxy")
+    return record.rest_port
+
+
+def revision_of(port: int, headers: dict[str, str] | None = None) -> str:
+    """The revision that answered (HAProxy's x-servectl-revision response header)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/models/cost_model:predict",
+        data=json.dumps({"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return str(response.headers.get("x-servectl-revision"))

@@ -634,6 +634,9 @@ class Router:
                 if port in held:
                     continue
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    # As HAProxy binds: a port whose last connections linger in TIME_WAIT
+                    # (a service deleted and deployed again) is free to it.
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     try:
                         probe.bind(("127.0.0.1", port))
                     except OSError as error:

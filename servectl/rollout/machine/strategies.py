@@ -327,10 +327,12 @@ def _advance_blue_green(
         return state, _switch_intent(state, hold_bg)
     ready = int(view.ready.get(canary, 0))
     needed = int(view.needed.get(canary, 1))
+    # previewHeader: requests carrying it reach the preview before the switch.
     preview = Intent(
         stable=state.stable,
         canary=canary,
         weights={state.stable: 100},
+        header=canary if blue_green.preview_header is not None else None,
         canary_scale=preview_scale,
         hold_s=hold_bg,
         phase=state.phase,

@@ -50,3 +50,24 @@ def test_a_preview_that_was_ready_at_once_keeps_its_step_clock() -> None:
     assert state.step_started == 0.0
     state, intent = machine.advance(state, SPEC, view(30.0, preview_ready=8))
     assert state.promoting and intent.weights == {2: 100}
+
+
+def test_the_preview_header_reaches_the_preview_until_the_switch() -> None:
+    spec = models.RolloutSpec.model_validate(
+        {
+            "strategy": "blueGreen",
+            "blueGreen": {
+                "autoPromote": False,
+                "previewHeader": {"name": "x-preview", "value": "true"},
+            },
+        }
+    )
+    state = machine.command(machine.initial(1), machine.Op.START, spec, 0.0, version=2)
+    state, intent = machine.advance(state, spec, view(0.0, preview_ready=0))
+    assert intent.header == 2 and intent.weights == {1: 100}  # even while it comes up
+    state, intent = machine.advance(state, spec, view(10.0, preview_ready=8))
+    assert intent.header == 2 and not state.promoting
+    # Without a previewHeader, no request sees the preview before the switch.
+    state = machine.command(machine.initial(1), machine.Op.START, SPEC, 0.0, version=2)
+    _, intent = machine.advance(state, SPEC, view(0.0, preview_ready=8))
+    assert intent.header is None

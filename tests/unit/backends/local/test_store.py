@@ -423,7 +423,9 @@ def test_runtime_records_and_settings(store: Store) -> None:
     store.put_runtime(NS, NAME, {"restPort": 8501, "grpcPort": 8500}, now=2.0)
     store.put_runtime(NS, NAME, {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}, now=3.0)
     assert store.get_runtime(NS, NAME) == {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}
-    assert store.all_runtime() == {(NS, NAME): {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}}
+    assert store.all_runtime() == {
+        (NS, NAME): {"restPort": 8501, "grpcPort": 8500, "nextOrdinal": 3}
+    }
     with pytest.raises(StoreError, match="no ModelService default/other"):
         store.put_runtime(NS, "other", {})
     assert store.get_setting("ports") is None

@@ -1,0 +1,159 @@
+"""Rollouts on the local runtime, under real load: a good canary promoted and a failing
+one rolled back with no failure servectl caused, an A/B test by header, a blue/green
+switch and rollback, and a controller killed mid-rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servectl.rollout.machine import Op
+from tests.e2e.conftest import Load, LocalRuntime, deploy, revision_of, service_doc
+
+INJECTED = "injected failure"
+
+
+def _phase(rt: LocalRuntime) -> str:
+    return str((rt.status("cost").get("rollout") or {}).get("phase", "Idle"))
+
+
+def _weights(rt: LocalRuntime) -> dict[str, int]:
+    return {r["name"]: r.get("weight", 0) for r in rt.status("cost").get("revisions", [])}
+
+
+def _start(rt: LocalRuntime, version: int) -> None:
+    rt.client.rollout("default", "cost", Op.START, version)
+    rt.wait(
+        lambda: (rt.status("cost").get("rollout") or {}).get("canaryVersion") == version,
+        30,
+        f"the rollout to v{version} to start",
+    )
+
+
+CANARY: dict[str, Any] = {
+    "strategy": "canary",
+    "steps": [{"setWeight": 20}, {"analysis": {}}, {"setWeight": 50}, {"setWeight": 100}],
+    "analysis": {
+        "interval": "10s",
+        "minSamples": 40,
+        "maxExtensions": 6,
+        "checks": [{"metric": "errorRate", "max": 0.02}],
+    },
+    "drainSeconds": 5,
+}
+
+
+def test_a_good_canary_is_promoted_and_a_failing_one_rolled_back_under_load(
+    runtime: LocalRuntime, demo_models: Path, tmp_path: Path
+) -> None:
+    port = deploy(runtime, service_doc(demo_models, rollout=CANARY))
+    load = Load(tmp_path / "load", port, [(0, 1), (10, 15), (3600, 15)], "canary")
+    try:
+        _start(runtime, 2)
+        runtime.wait(lambda: _phase(runtime) in ("Completed", "Aborted"), 180, "v2's rollout")
+        assert _phase(runtime) == "Completed"
+        assert _weights(runtime).get("cost-v2") == 100
+
+        _start(runtime, 3)
+        # Sample until the abort has moved every request back to v2.
+        samples: list[tuple[str, int, int]] = []  # (phase, v3 weight, v2 ready)
+
+        def rolled_back() -> bool:
+            phase, weights = _phase(runtime), _weights(runtime)
+            samples.append((phase, weights.get("cost-v3", 0), runtime.ready("cost")["cost-v2"]))
+            return phase == "Aborted" and weights.get("cost-v3", 0) == 0
+
+        runtime.wait(rolled_back, 180, "v3 to be rolled back")
+        assert _weights(runtime)["cost-v2"] == 100
+        # Rule 4: while traffic moves back, stable's capacity never dips.
+        aborting = [ready for phase, _w, ready in samples if phase == "Aborted"]
+        assert aborting and min(aborting) >= aborting[0], samples
+    finally:
+        summary = load.finish()
+    assert summary.total.requests > 500
+    # Every failed request is v3's own (the model's injected errors): none came from
+    # servectl's actions (routing to an unready replica, a request cut by a scale-down).
+    ours = [f for f in summary.failures if INJECTED not in f.message]
+    assert not ours, ours
+    assert summary.total.failures > 0  # v3 did fail some requests
+    history = runtime.client.history("default", "cost")
+    assert [(h["toVersion"], h["phase"]) for h in history] == [(2, "Completed"), (3, "Aborted")]
+    assert "errorRate" in history[-1]["message"]
+
+
+def test_an_ab_test_sends_only_the_header_users_to_b(
+    runtime: LocalRuntime, demo_models: Path
+) -> None:
+    ab = {
+        "strategy": "abTest",
+        "abTest": {
+            "match": {"header": {"name": "x-variant", "value": "b"}},
+            "durationSeconds": 600,
+            "winnerMetric": "latencyP99",
+            "promoteWinner": False,
+        },
+        "drainSeconds": 5,
+    }
+    port = deploy(runtime, service_doc(demo_models, rollout=ab))
+    _start(runtime, 2)
+    runtime.wait(
+        lambda: revision_of(port, {"x-variant": "b"}) == "cost-v2", 90, "B to take its users"
+    )
+    with_header = [revision_of(port, {"x-variant": "b"}) for _ in range(40)]
+    without = [revision_of(port) for _ in range(40)]
+    other_value = [revision_of(port, {"x-variant": "a"}) for _ in range(20)]
+    assert set(with_header) == {"cost-v2"}
+    assert set(without) == {"cost-v1"}
+    assert set(other_value) == {"cost-v1"}
+
+
+def test_a_blue_green_switch_and_its_rollback(runtime: LocalRuntime, demo_models: Path) -> None:
+    blue_green = {
+        "strategy": "blueGreen",
+        "blueGreen": {
+            "autoPromote": False,
+            "scaleDownDelaySeconds": 5,
+            "previewHeader": {"name": "x-preview", "value": "true"},
+        },
+        "drainSeconds": 5,
+    }
+    port = deploy(runtime, service_doc(demo_models, rollout=blue_green))
+    _start(runtime, 2)
+    runtime.wait(lambda: _phase(runtime) == "Paused", 90, "the preview to be up")
+    assert {revision_of(port) for _ in range(20)} == {"cost-v1"}
+    assert {revision_of(port, {"x-preview": "true"}) for _ in range(10)} == {"cost-v2"}
+    # The switch: everything at once to green.
+    runtime.client.rollout("default", "cost", Op.PROMOTE)
+    runtime.wait(lambda: _phase(runtime) == "Completed", 60, "the switch")
+    assert {revision_of(port) for _ in range(20)} == {"cost-v2"}
+    # And back: undo switches to blue at once (no preview, no analysis: a rollback).
+    runtime.client.rollout("default", "cost", Op.UNDO)
+    runtime.wait(
+        lambda: _phase(runtime) == "Completed" and _weights(runtime).get("cost-v1") == 100,
+        60,
+        "the switch back to blue",
+    )
+    assert {revision_of(port) for _ in range(20)} == {"cost-v1"}
+
+
+def test_a_controller_killed_mid_rollout_resumes_at_the_same_step_and_weights(
+    runtime: LocalRuntime, demo_models: Path
+) -> None:
+    paused = dict(CANARY, steps=[{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}])
+    port = deploy(runtime, service_doc(demo_models, rollout=paused))
+    _start(runtime, 2)
+    runtime.wait(lambda: _phase(runtime) == "Paused", 90, "the pause step")
+    before = runtime.status("cost")["rollout"]
+    weights = _weights(runtime)
+    assert weights == {"cost-v1": 70, "cost-v2": 30}
+    runtime.kill_controller()
+    # Traffic flows on without a controller: HAProxy and the replicas outlive it.
+    assert {revision_of(port) for _ in range(30)} == {"cost-v1", "cost-v2"}
+    runtime.start()
+    runtime.wait(lambda: _phase(runtime) == "Paused", 30, "the restarted controller")
+    after = runtime.status("cost")["rollout"]
+    assert (after["step"], after["canaryVersion"]) == (before["step"], before["canaryVersion"])
+    assert _weights(runtime) == weights
+    runtime.client.rollout("default", "cost", Op.RESUME)
+    runtime.wait(lambda: _phase(runtime) == "Completed", 90, "the rollout to finish")
+    assert _weights(runtime).get("cost-v2") == 100
