@@ -41,11 +41,12 @@ def ready_cpu(
     signals: Signals, pods: Sequence[PodSample], ready: frozenset[str]
 ) -> tuple[Signals, tuple[PodSample, ...]]:
     """``signals`` with CPU usage and utilization over the ``ready`` pods only, and the
-    pods marked ready or not. Unchanged when no ready pod has a CPU sample."""
+    pods marked ready or not. No ready pod with a CPU sample: CPU is missing (unknown,
+    not the load of replicas that are still loading)."""
     marked = tuple(replace(p, ready=p.name in ready) for p in pods)
     counted = [p for p in marked if p.ready and p.cpu_usage_cores is not None]
     if not counted:
-        return signals, marked
+        return replace(signals, cpu_usage_cores=None, cpu_utilization=None), marked
     usage = sum(p.cpu_usage_cores or 0.0 for p in counted)
     request = sum(p.cpu_request_cores for p in counted)
     utilization = 100.0 * usage / request if request > 0 else signals.cpu_utilization

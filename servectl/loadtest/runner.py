@@ -432,11 +432,19 @@ def run(
     )
 
 
+STOP_GRACE_S = 30.0
+"""How long Locust has after SIGINT to stop its users and write its reports."""
+
+
 def _stop_when(stop: threading.Event, proc: subprocess.Popen[str]) -> None:
     while proc.poll() is None:
         if stop.wait(0.2):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)  # Locust stops its users and writes its reports
+                try:
+                    proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
             return
 
 

@@ -223,6 +223,11 @@ class Load:
         except BaseException as exc:
             self.error = exc
 
+    def abandon(self) -> None:
+        """Stop it after a failure elsewhere, without raising over that failure."""
+        self.stop.set()
+        self.thread.join(timeout=60)
+
     def finish(self) -> Any:
         """Stop it; the Locust summary (``.total.requests``, ``.failures`` ...)."""
         self.stop.set()
@@ -247,6 +252,8 @@ def service_doc(models: Path, **spec: Any) -> dict[str, Any]:
                 "maxReplicas": 3,
                 "coldStartSeconds": 6,
                 "signals": [{"type": "cpu", "targetUtilization": 70}],
+                # Tests wait for scale-downs: a short window keeps them minutes shorter.
+                "behavior": {"scaleDown": {"stabilizationSeconds": 15}},
             },
         },
     }

@@ -68,8 +68,10 @@ def test_a_good_canary_is_promoted_and_a_failing_one_rolled_back_under_load(
         # Rule 4: while traffic moves back, stable's capacity never dips.
         aborting = [ready for phase, _w, ready in samples if phase == "Aborted"]
         assert aborting and min(aborting) >= aborting[0], samples
-    finally:
-        summary = load.finish()
+    except BaseException:
+        load.abandon()
+        raise
+    summary = load.finish()
     assert summary.total.requests > 500
     # Every failed request is v3's own (the model's injected errors): none came from
     # servectl's actions (routing to an unready replica, a request cut by a scale-down).

@@ -48,6 +48,10 @@ from servectl.rollout.machine import Op
 #: Phases a replica can be in before it serves (the loop counts them as starting).
 _NOT_YET = (sup.Phase.STARTING, sup.Phase.NOT_READY, sup.Phase.BACKOFF)
 _VERSION_DIR = re.compile(r"^[0-9]+$")
+CPU_SETTLE_S = 8.0
+"""A replica's CPU counts as load once it has served this long: before, the rate window
+(5 s, one scrape a second) still holds the CPU it burnt loading TensorFlow and the model
+(Kubernetes' HPA has --horizontal-pod-autoscaler-cpu-initialization-period for this)."""
 _TERMINAL = frozenset({RolloutPhase.COMPLETED, RolloutPhase.ABORTED})
 
 
@@ -328,6 +332,7 @@ class LocalBackend:
         return {e.name: e for rev in route.revisions for e in rev.endpoints}
 
     def revision_states(self) -> list[RevisionState]:
+        wall = self._wall()
         route = self.view.routes.get((self.namespace, self.name))
         weights = {r.name: r.weight for r in route.revisions} if route is not None else None
         routed = self._routed()
@@ -357,7 +362,11 @@ class LocalBackend:
                     draining=len(draining),
                     weight=weight,
                     available=bool(ready),
-                    ready_pods=frozenset(r.spec.pod for r in ready),
+                    ready_pods=frozenset(
+                        r.spec.pod
+                        for r in ready
+                        if r.ready_at is not None and wall - r.ready_at >= CPU_SETTLE_S
+                    ),
                 )
             )
         return states

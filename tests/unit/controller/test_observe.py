@@ -23,6 +23,7 @@ def test_cpu_counts_only_the_ready_replicas_when_the_backend_names_them() -> Non
     assert counted.cpu_utilization == pytest.approx(40.0)
     assert counted.rps == 10.0
     assert [p.ready for p in marked] == [True, False]
-    # No ready pod with a sample yet: nothing better to go on, the signals stay.
-    same, _ = ready_cpu(signals, pods, frozenset())
-    assert same == signals
+    # No ready pod with a sample yet: CPU is unknown, not the loading replicas' burn.
+    unknown, _ = ready_cpu(signals, pods, frozenset())
+    assert unknown.cpu_usage_cores is None and unknown.cpu_utilization is None
+    assert unknown.rps == 10.0

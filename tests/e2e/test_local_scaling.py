@@ -1,0 +1,68 @@
+"""A load step x5 on the local runtime: the service scales out, p99 comes back under the
+SLO, and no request fails."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.e2e.conftest import Load, LocalRuntime, deploy, service_doc
+
+SLO_MS = 250.0
+STEP_AT_S = 30.0
+BASE, HIGH = 6.0, 30.0
+
+
+def test_a_load_step_scales_out_and_p99_comes_back_with_no_failed_request(
+    runtime: LocalRuntime, demo_models: Path, tmp_path: Path
+) -> None:
+    doc = service_doc(demo_models)
+    doc["spec"]["autoscaling"]["signals"] = [
+        {"type": "cpu", "targetUtilization": 70},
+        {"type": "latency", "percentile": 99, "targetMs": SLO_MS},
+    ]
+    port = deploy(runtime, doc)
+
+    def total() -> int:
+        return sum(r["desiredReplicas"] for r in runtime.status("cost")["revisions"])
+
+    # Warm up on the base load until the service is steady on one replica: the step is
+    # then the only change (a service's first seconds of traffic are not the test).
+    warmup = Load(tmp_path / "load", port, [(0, 1), (15, BASE), (3600, BASE)], "warmup")
+    try:
+        time.sleep(20)
+        runtime.wait(lambda: total() == 1, 180, "one replica on the base load")
+    finally:
+        warmup.abandon()
+    trace = [(0, BASE), (STEP_AT_S - 1, BASE), (STEP_AT_S, HIGH), (3600, HIGH)]
+    load = Load(tmp_path / "load", port, trace, "step")
+    started = time.time()
+    p99: list[tuple[float, float]] = []  # (seconds after the step, p99 ms)
+    try:
+        time.sleep(STEP_AT_S)
+        assert total() == 1
+
+        def settled() -> bool:
+            cycle = runtime.client.store.get_setting("cycle/default/cost") or {}
+            value = (cycle.get("service", {}).get("latencyMs") or {}).get("p99")
+            if value is not None:
+                p99.append((time.time() - started - STEP_AT_S, value))
+            status = runtime.status("cost")
+            desired = sum(r["desiredReplicas"] for r in status["revisions"])
+            ready = sum(r["readyReplicas"] for r in status["revisions"])
+            recent = [v for t, v in p99[-5:]]
+            return desired >= 2 and ready == desired and len(recent) == 5 and max(recent) < SLO_MS
+
+        try:
+            runtime.wait(settled, 90, "the scale-out and p99 under the SLO")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\np99 after the step: {p99}") from None
+    except BaseException:
+        load.abandon()
+        raise
+    summary = load.finish()
+    scaled = [e for e in runtime.client.events("default", "cost") if e.reason == "Scaled"]
+    first_up = next(e.time for e in scaled if e.time >= started + STEP_AT_S)
+    assert first_up - (started + STEP_AT_S) < 15, scaled  # docs/benchmarks.md has the figure
+    assert summary.total.requests > 300
+    assert summary.total.failures == 0, summary.failures
