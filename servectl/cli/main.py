@@ -26,9 +26,10 @@ app = typer.Typer(
     name="servectl",
     help=(
         "Serve TensorFlow models on Kubernetes with one authority over replicas and traffic.\n\n"
-        "Start with `servectl simulate` (a demo of the autoscaler against Kubernetes HPA and "
-        "Knative KPA), `servectl policy eval` (one decision from a snapshot) or "
-        "`servectl validate` (check a ModelService file)."
+        "Start with `servectl demo` (the local runtime: deploy, load, autoscale, canary, "
+        "rollback, in about three minutes), or `servectl up` and `servectl deploy NAME "
+        "--model-path DIR` to serve your own model on this machine. `servectl simulate` "
+        "compares the autoscaler with Kubernetes HPA and Knative KPA."
     ),
     no_args_is_help=True,
     rich_markup_mode=None,

@@ -13,8 +13,9 @@ from servectl.cli.console import Output, err, fail, out
 
 rollout_app = typer.Typer(
     help=(
-        "Rollouts: rehearse a canary, A/B or blue/green rollout under a load trace in the "
-        "simulator, beside Argo-style and Flagger-style controllers."
+        "Rollouts: start, watch, promote, abort, pause, resume, retry or undo a canary, A/B "
+        "or blue/green rollout on the local runtime; rehearse one in the simulator beside "
+        "Argo-style and Flagger-style controllers (rollout simulate)."
     ),
     no_args_is_help=True,
 )
