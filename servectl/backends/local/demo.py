@@ -475,6 +475,7 @@ class Demo:
             finally:
                 low_result = low.finish()
             phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
+            time.sleep(3)  # the timeline shows the last change land
         finally:
             recorder.stop()
         _attribute(phases, high_result, low_result)
