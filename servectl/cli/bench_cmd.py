@@ -95,9 +95,38 @@ def bench(
             ),
         ),
     ] = False,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local",
+            help=(
+                "Instead: the local runtime's figures in one run (router split and overhead, "
+                "controller CPU per tick at 1, 10 and --services services, a real replica's "
+                "start and memory, the demo); needs haproxy, prometheus and TensorFlow. "
+                "About 8 minutes."
+            ),
+        ),
+    ] = False,
+    parts: Annotated[
+        str,
+        typer.Option(
+            "--parts",
+            help="With --local: which parts, comma-separated (router,controller,replica,demo).",
+        ),
+    ] = "router,controller,replica,demo",
+    ticks: Annotated[
+        int, typer.Option(min=3, help="With --local: controller ticks timed per service count.")
+    ] = 20,
     services: Annotated[
-        int, typer.Option(min=1, help="With --metrics: services in the large case.")
-    ] = 1000,
+        int | None,
+        typer.Option(
+            min=1,
+            help=(
+                "With --metrics: services in the large case (default 1000). With --local: "
+                "the largest service count timed (default 50)."
+            ),
+        ),
+    ] = None,
     repeat: Annotated[
         int, typer.Option(min=3, help="With --metrics: snapshots timed per case.")
     ] = 15,
@@ -121,6 +150,8 @@ def bench(
       servectl bench --traces step,spike --policies servectl,kpa
       servectl bench --routing both -o json > bench.jsonl
       servectl bench --rollouts --routing least-request
+      servectl bench --local                       # the local runtime, measured
+      servectl bench --local --parts router,controller --services 20
     """
     from servectl.backends.sim import bench as sim_bench
     from servectl.cli import format as fmt
@@ -131,7 +162,10 @@ def bench(
         _micro_bench(output)
         return
     if metrics:
-        _metrics_bench(services, repeat, output)
+        _metrics_bench(services or 1000, repeat, output)
+        return
+    if local:
+        _local_bench(parts, services or 50, ticks, output)
         return
     if rollouts:
         for choice in routing.choices():
@@ -275,6 +309,39 @@ def _metrics_bench(services: int, repeat: int, output: Output) -> None:
         header=header,
         rows=body,
         records=metrics_bench.rows_as_records(rows),
+    )
+
+
+def _local_bench(parts_opt: str, services: int, ticks: int, output: Output) -> None:
+    from servectl.backends.local import bench as local_bench
+    from servectl.backends.local.client import ClientError
+
+    known = {p.value: p for p in local_bench.Part}
+    wanted = [p.strip() for p in parts_opt.split(",") if p.strip()]
+    unknown = [p for p in wanted if p not in known]
+    if unknown or not wanted:
+        raise fail(
+            f"--parts: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}; "
+            f"choose from {','.join(known)}"
+        )
+    counts = sorted({c for c in (1, 10, services) if c <= services})
+    began = time.monotonic()
+
+    def progress(line: str) -> None:
+        err.print(f"[{time.monotonic() - began:4.0f} s] {line}", highlight=False, markup=False)
+
+    try:
+        figures = local_bench.run(
+            [known[p] for p in wanted], services=counts, ticks=ticks, progress=progress
+        )
+    except (local_bench.BenchError, ClientError, OSError) as exc:
+        raise fail(f"bench --local: {exc}", 1) from exc
+    console.emit(
+        output,
+        title="the local runtime, measured in one run (docs/benchmarks.md)",
+        header=["PART", "FIGURE", "VALUE", "MEASURED ON"],
+        rows=[[f.part, f.name, f.shown(), f.detail] for f in figures],
+        records=[f.to_record() for f in figures],
     )
 
 

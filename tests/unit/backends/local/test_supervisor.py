@@ -1,6 +1,7 @@
-"""The replica supervisor against a fake model server (fake_model_server.py, a real process
-that speaks the REST status API): files and flags, readiness, crash backoff, port retries,
-stop and SIGKILL, adoption after the controller is killed, the exporters' registry."""
+"""The replica supervisor against a fake model server (servectl.testing.fake_model_server, a
+real process that speaks the REST status API): files and flags, readiness, crash backoff,
+port retries, stop and SIGKILL, adoption after the controller is killed, the exporters'
+registry."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from servectl.backends.local import supervisor as sv
 from servectl.backends.local.supervisor import Phase, Replica, ReplicaSpec, Supervisor
 from servectl.metrics.exporters.cgroup import CgroupMount
 from servectl.metrics.exporters.replicas import parse_replicas
+from servectl.testing import fake_model_server
 
-FAKE = Path(__file__).with_name("fake_model_server.py")
+FAKE = Path(fake_model_server.__file__)
 COMMAND = [sys.executable, str(FAKE)]
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -1,4 +1,5 @@
-"""A fake TF-Serving-compatible model server for the supervisor's tests (run as a script).
+"""A fake TF-Serving-compatible model server (run as a script): the supervisor's tests and
+``servectl bench --local``'s controller figures use it where TensorFlow would only add noise.
 
 It takes the flags the supervisor passes, reads the one model of ``--model_config_file``
 and behaves as ``<base_path>/fake.json`` says (re-read on every status request, so a test
