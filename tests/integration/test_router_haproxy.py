@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.request
 from collections import Counter
@@ -532,8 +533,36 @@ def test_a_missing_binary_says_how_to_install_it(tmp_path: Path) -> None:
     assert "apt-get install haproxy" in router.describe()
 
 
-def test_a_directory_haproxy_cannot_name_is_refused(tmp_path: Path) -> None:
+def test_a_directory_haproxy_cannot_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(RouterError, match="spaces"):
         Router(tmp_path / "my router", stats_port=free_port())
-    with pytest.raises(RouterError, match="shorter directory"):
+    # Too long a path for the sockets even in the temporary directory's fallback.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("t" * 100)))
+    with pytest.raises(RouterError, match=r"shorter state directory \(--state-dir\)"):
         Router(tmp_path / ("x" * 120), stats_port=free_port())
+
+
+def test_a_directory_too_long_for_unix_sockets_gets_them_in_a_short_one(
+    tmp_path: Path, haproxy_binary: str, replica: ReplicaFactory
+) -> None:
+    # pytest's tmp_path plus a state directory is easily past HAProxy's 97 bytes.
+    deep = tmp_path / ("state-" + "x" * 60) / "haproxy"
+    router = Router(deep, stats_port=free_port(), binary=haproxy_binary)
+    sockets = router.settings.socket_dir
+    assert sockets is not None and len(str(sockets / "master.sock")) <= 97
+    assert router.settings.admin_socket.parent == sockets
+    # Another controller on the same directory finds the same sockets (adoption).
+    assert Router(deep, stats_port=free_port()).settings.socket_dir == sockets
+    router.start()
+    try:
+        one = replica("one")
+        route = service(RevisionRoute("cost-v1", 100, (one.endpoint(),)))
+        router.apply([route])
+        assert get(route.rest_port)[1] == "one"
+        assert (sockets / "admin.sock").exists()
+    finally:
+        router.stop(timeout_s=1.0)
+    assert not sockets.exists()
+    assert Router(tmp_path / "r", stats_port=free_port()).settings.socket_dir is None

@@ -37,11 +37,15 @@ Layout of ``directory``::
     master.sock      the master CLI (reload, show proc)
     haproxy.log      the process's stdout and stderr (appended across restarts)
     .check/          a candidate config and maps while ``haproxy -c`` checks them
+
+The two sockets move to ``$TMPDIR/servectl-haproxy-<hash of directory>/`` when
+``directory`` is too long a path for them (HAProxy takes 97 bytes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -50,6 +54,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -92,7 +97,9 @@ DEFAULT_BINARY = "haproxy"
 INSTALL_HINT = "install it with the Debian package: apt-get install haproxy"
 _POLL_S = 0.02
 _SOCKET_TIMEOUT_S = 5.0
-_MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the terminating NUL
+# HAProxy 2.6 refuses a socket path over 97 bytes ("too long (max 97)"): sun_path is 108
+# bytes, and it binds "<path>.<pid>.tmp" first, then renames it into place.
+_MAX_UNIX_PATH = 97
 _UNSAFE_PATH = re.compile(r"[\s;#'\"\\]")
 # Answers of commands that worked; anything else is HAProxy saying why not.
 _OK_ANSWERS = (
@@ -222,6 +229,17 @@ class RuntimeAPI:
         return b"".join(chunks).decode(errors="replace")
 
 
+def socket_dir_for(directory: Path) -> Path | None:
+    """None when HAProxy's sockets fit in ``directory`` (and in its ``.check/``, where a
+    candidate config is checked); else a short directory of their own under the temporary
+    directory, named after a hash of ``directory`` so that a later controller finds the
+    same sockets (adoption)."""
+    if len(str(directory / ".check" / "master.sock").encode()) <= _MAX_UNIX_PATH:
+        return None
+    digest = hashlib.sha256(str(directory).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"servectl-haproxy-{digest}"
+
+
 class Router:
     """HAProxy in front of the local runtime's replicas (see the module docstring)."""
 
@@ -237,10 +255,12 @@ class Router:
     ) -> None:
         """``stats_port`` serves ``/metrics`` (Prometheus) and ``/stats``; ``on_command``
         sees every runtime API command (reads included) before it is sent."""
+        directory = Path(directory).resolve()
         self.settings = rc.Settings(
-            directory=Path(directory).resolve(),
+            directory=directory,
             stats_port=stats_port,
             timeouts=timeouts or Timeouts(),
+            socket_dir=socket_dir_for(directory),
         )
         self.binary = binary
         self.start_timeout_s = start_timeout_s
@@ -250,12 +270,12 @@ class Router:
                 "runtime API cannot take spaces, quotes, '#', ';' or '\\' in paths; use "
                 "another directory"
             )
-        scratch_socket = self.settings.directory / ".check" / "admin.sock"  # see _verify
-        for sock in (scratch_socket, self.settings.master_socket):
+        for sock in (self.settings.admin_socket, self.settings.master_socket):
             if len(str(sock).encode()) > _MAX_UNIX_PATH:
                 raise RouterError(
-                    f"{sock} is longer than a unix socket path may be ({_MAX_UNIX_PATH} "
-                    "bytes): give the router a shorter directory"
+                    f"{sock} is longer than HAProxy takes for a unix socket ({_MAX_UNIX_PATH} "
+                    "bytes), and so is the temporary directory's fallback: use a shorter "
+                    "state directory (--state-dir) or TMPDIR"
                 )
         timeouts_ = self.settings.timeouts
         for seconds in (timeouts_.connect_s, timeouts_.client_s, timeouts_.server_s):
@@ -355,6 +375,14 @@ class Router:
         binary = self._binary_path()
         self._kill(self.processes())  # workers of a master that was killed
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.settings.socket_dir is not None:
+            try:
+                self.settings.socket_dir.mkdir(mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise RouterError(
+                    f"cannot make {self.settings.socket_dir} for HAProxy's sockets "
+                    f"({self.directory} is too long a path for them): {exc.strerror or exc}"
+                ) from exc
         plans = self._load_plans()
         self._verify(plans, binary)
         rendered = rc.render(plans, self.settings)
@@ -510,6 +538,8 @@ class Router:
             self._process.poll()
             self._process = None
         self.settings.pid_path.unlink(missing_ok=True)
+        if self.settings.socket_dir is not None:  # our own directory: nothing else is there
+            shutil.rmtree(self.settings.socket_dir, ignore_errors=True)
 
     def ensure_running(self) -> bool:
         """Start HAProxy if it is not running; True when it had to (the caller re-applies)."""

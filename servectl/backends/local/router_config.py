@@ -444,6 +444,9 @@ class Settings:
     directory: Path
     stats_port: int
     timeouts: Timeouts = field(default_factory=Timeouts)
+    socket_dir: Path | None = None
+    """Where the two CLI sockets are, when not in ``directory`` (whose path is too long
+    for a unix socket)."""
 
     @property
     def config_path(self) -> Path:
@@ -455,11 +458,11 @@ class Settings:
 
     @property
     def admin_socket(self) -> Path:
-        return self.directory / "admin.sock"
+        return (self.socket_dir or self.directory) / "admin.sock"
 
     @property
     def master_socket(self) -> Path:
-        return self.directory / "master.sock"
+        return (self.socket_dir or self.directory) / "master.sock"
 
     @property
     def pid_path(self) -> Path:
