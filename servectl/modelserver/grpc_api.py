@@ -28,7 +28,6 @@ from servectl.modelserver.inference import ModelApi, PredictionApi
 from servectl.modelserver.models import ModelManager
 from servectl.modelserver.monitoring import (
     API_CLASSIFY,
-    API_GET_MODEL_METADATA,
     API_PREDICT,
     API_REGRESS,
     ENTRYPOINT_GRPC,
@@ -112,9 +111,13 @@ def _servicers(manager: ModelManager, metrics: ServingMetrics | None = None) -> 
         Predict = unary("Predict", predictions.predict, API_PREDICT)
         Classify = unary("Classify", predictions.classify, API_CLASSIFY)
         Regress = unary("Regress", predictions.regress, API_REGRESS)
-        GetModelMetadata = unary(
-            "GetModelMetadata", predictions.get_model_metadata, API_GET_MODEL_METADATA
-        )
+
+        # Not recorded, as in TF Serving (prediction_service_impl.cc): metadata is no
+        # inference.
+        def GetModelMetadata(self, request: Any, context: Any) -> Any:
+            return _call(
+                context, "GetModelMetadata", lambda: predictions.get_model_metadata(request)
+            )
 
     class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
         def GetModelStatus(self, request: Any, context: Any) -> Any:

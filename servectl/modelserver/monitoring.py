@@ -39,8 +39,6 @@ ENTRYPOINT_GRPC = "GRPC"
 API_PREDICT = "predict"
 API_CLASSIFY = "classify"
 API_REGRESS = "regress"
-API_GET_MODEL_METADATA = "GetModelMetadata"
-API_GET_MODEL_STATUS = "GetModelStatus"
 
 
 # --------------------------------------------------------------------------- config
@@ -202,8 +200,6 @@ class ServingMetrics:
 
 __all__ = [
     "API_CLASSIFY",
-    "API_GET_MODEL_METADATA",
-    "API_GET_MODEL_STATUS",
     "API_PREDICT",
     "API_REGRESS",
     "CONTENT_TYPE",

@@ -37,8 +37,6 @@ import numpy as np
 from servectl.modelserver.errors import ServingError, invalid_argument
 from servectl.modelserver.models import ModelManager
 from servectl.modelserver.monitoring import (
-    API_GET_MODEL_METADATA,
-    API_GET_MODEL_STATUS,
     CONTENT_TYPE,
     ENTRYPOINT_REST,
     ServingMetrics,
@@ -431,8 +429,8 @@ class RestApi:
     def handle(self, method: str, path: str, raw_body: bytes) -> tuple[int, Any]:
         """One request: (HTTP status, JSON-able body). Never raises for a bad request.
 
-        With ``metrics``, every request that names a model is recorded (status code name
-        and latency in µs, entrypoint ``REST``).
+        With ``metrics``, every inference request is recorded (status code name and
+        latency in µs, entrypoint ``REST``), as TF Serving does: not status or metadata.
         """
         start = time.perf_counter_ns()
         path = path.split("?", 1)[0]
@@ -552,11 +550,11 @@ class RestApi:
 
 
 def _metrics_route(method: str, path: str) -> tuple[str, str] | None:
-    """(model name, API label) of a routable request that names a model, else None."""
+    """(model name, API label) of an inference request (predict, classify, regress), else
+    None. TF Serving counts and times inference only: a model status or metadata request
+    (a readiness probe every few seconds) is no traffic, and would read as load."""
     if method == "POST" and (m := _PREDICT_RE.fullmatch(path)):
         return m.group(1), m.group(4).lower()
-    if method == "GET" and (m := _STATUS_RE.fullmatch(path)) and m.group(1):
-        return m.group(1), API_GET_MODEL_METADATA if m.group(4) else API_GET_MODEL_STATUS
     return None
 
 
