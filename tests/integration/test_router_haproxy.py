@@ -436,6 +436,37 @@ def test_apply_twice_sends_no_command_the_second_time(
         router.stop(1.0)
 
 
+def test_a_reading_taken_since_the_last_apply_spares_apply_its_own(
+    tmp_path: Path, haproxy_binary: str, replica: ReplicaFactory
+) -> None:
+    # The controller reads HAProxy once a tick (observe) and hands that reading to apply.
+    sent: list[str] = []
+    router = Router(
+        tmp_path / "r", stats_port=free_port(), binary=haproxy_binary, on_command=sent.append
+    )
+    router.start()
+    try:
+        a, b = replica("v1-a"), replica("v2-a")
+        route = service(
+            RevisionRoute("cost-v1", 90, (a.endpoint(),)),
+            RevisionRoute("cost-v2", 10, (b.endpoint(),)),
+        )
+        router.apply([route])
+        reading = router.observe()
+        assert router.actual(reading) == router.actual()
+        sent.clear()
+        route = moved(route, {"cost-v1": 50, "cost-v2": 50})
+        router.apply([route], observed=reading)
+        assert not any(c.startswith(("show ", "get ")) for c in sent)  # no second reading
+        assert any(c.startswith("commit map") for c in sent)
+        assert bodies(route.rest_port, 100) == {"v1-a": 50, "v2-a": 50}
+        sent.clear()
+        router.apply([route], observed=router.observe())
+        assert [c for c in sent if not c.startswith(("show ", "get "))] == []
+    finally:
+        router.stop(1.0)
+
+
 def test_adding_a_service_reloads_without_failing_a_request(
     router: Router, replica: ReplicaFactory
 ) -> None:

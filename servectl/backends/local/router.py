@@ -625,18 +625,26 @@ class Router:
             )
         return plans
 
-    def apply(self, routes: Sequence[ServiceRoute]) -> None:
+    def apply(
+        self, routes: Sequence[ServiceRoute], *, observed: rc.RuntimeState | None = None
+    ) -> None:
         """Converge HAProxy to ``routes`` (every service it should serve); idempotent.
 
         Writes the config and maps, reloads only for a structure change, then sends the
         runtime commands that differ. Raises :class:`RouteError` for invalid routes (nothing
         changed), :class:`RouterNotRunning`, :class:`RouterError` when HAProxy refuses the
         config, :class:`RuntimeCommandError` when it refuses commands.
+
+        ``observed``: a reading of :meth:`observe` taken since the last apply, so that a
+        controller that reads HAProxy at the start of its tick does not read it twice. Only
+        apply and a restart change HAProxy's state, so the reading is still true, unless
+        HAProxy restarted since (read again then); the next apply corrects a stale one.
         """
         routes = tuple(routes)
         rc.validate(routes, stats_port=self.settings.stats_port)
         self._require_running()
-        observed = self._observe()
+        if observed is None:
+            observed = self._observe()
         plans = self._plan(routes, observed)
         rendered = rc.render(plans, self.settings)
         if observed.structure != rendered.structure:
@@ -735,15 +743,25 @@ class Router:
                 counts[key] = counts.get(key, 0) + state.outstanding
         return counts
 
-    def actual(self) -> dict[tuple[str, str], ServiceRoute]:
-        """What HAProxy routes now, read back from its runtime API.
+    def observe(self) -> rc.RuntimeState:
+        """HAProxy's runtime state now (layout, servers, maps): for :meth:`actual` and
+        :meth:`apply`, read once a tick."""
+        self._require_running()
+        return self._observe()
+
+    def actual(
+        self, observed: rc.RuntimeState | None = None
+    ) -> dict[tuple[str, str], ServiceRoute]:
+        """What HAProxy routes now, read back from its runtime API (or from ``observed``,
+        a reading of :meth:`observe`).
 
         Weights are counted in the weights map, revision names come from the slots map,
         endpoints from the slot backends' servers (those in maintenance, on their way out,
         are left out), in slot order and by name.
         """
-        self._require_running()
-        return rc.actual_routes(self._observe(), self.settings)
+        if observed is None:
+            observed = self.observe()
+        return rc.actual_routes(observed, self.settings)
 
     def describe(self) -> str:
         """One line for ``servectl doctor`` and ``status``."""

@@ -58,6 +58,7 @@ from servectl.backends.local.backend import (
     drained,
     match_of,
 )
+from servectl.backends.local.router_config import RuntimeState
 from servectl.backends.local.store import Store
 from servectl.controller import reconcile
 from servectl.controller.spec import PolicySpecError, policy_for, service_spec
@@ -297,7 +298,8 @@ class Runtime:
         report.prometheus_restarted = self._ensure_prometheus()
         services = {(s.namespace, s.name): s for s in self.store.list_services()}
         records = self.store.all_runtime()
-        routes = self._actual_routes()
+        observed = self._observe_router()  # once a tick: the loop's view and apply's base
+        routes = self.router.actual(observed) if observed is not None else {}
         parsed: dict[tuple[str, str], models.ModelService] = {}
         for key, row in services.items():
             try:
@@ -327,8 +329,8 @@ class Runtime:
                 report.errors["/".join(key)] = f"{type(exc).__name__}: {exc}"
                 new_records[key] = record
         self._retire_deleted(set(parsed))
-        self._finish_drains(parsed, new_records, now)
-        self._apply_routes(parsed, new_records)
+        self._finish_drains(parsed, new_records, now, routes)
+        self._apply_routes(parsed, new_records, observed)
         self._sync_targets()
         report.services = len(parsed)
         report.seconds = time.monotonic() - started
@@ -442,12 +444,12 @@ class Runtime:
 
     # ------------------------------------------------------------------ router, drains
 
-    def _actual_routes(self) -> dict[tuple[str, str], router_mod.ServiceRoute]:
+    def _observe_router(self) -> RuntimeState | None:
         try:
-            return self.router.actual()
+            return self.router.observe()
         except router_mod.RouterError as exc:
             log.warning("router: %s", exc)
-            return {}
+            return None
 
     def _ensure_router(self) -> bool:
         try:
@@ -473,13 +475,16 @@ class Runtime:
         parsed: Mapping[tuple[str, str], models.ModelService],
         records: dict[tuple[str, str], ServiceRecord],
         now: float,
+        routes: Mapping[tuple[str, str], router_mod.ServiceRoute],
     ) -> None:
-        """Stop draining replicas that finished; forget the ones that are gone."""
+        """Stop draining replicas that finished; forget the ones that are gone. ``routes``:
+        what HAProxy routed at the start of the tick (nothing has changed it since)."""
+        if not any(record.draining for record in records.values()):
+            return  # the common tick: no reads of HAProxy's state for nothing
         try:
             inflight = self.router.inflight()
         except router_mod.RouterError:
             inflight = {}
-        routes = self._actual_routes()
         replicas = {r.spec.pod: r for r in self.supervisor.replicas()}
         for key, record in list(records.items()):
             if not record.draining:
@@ -515,6 +520,7 @@ class Runtime:
         self,
         parsed: Mapping[tuple[str, str], models.ModelService],
         records: Mapping[tuple[str, str], ServiceRecord],
+        observed: RuntimeState | None,
     ) -> None:
         replicas = self.supervisor.replicas()
         routes = []
@@ -522,7 +528,7 @@ class Runtime:
             mine = [r for r in replicas if (r.spec.namespace, r.spec.service) == key]
             routes.append(desired_route(*key, record, mine, match_of(parsed[key].spec)))
         try:
-            self.router.apply(routes)
+            self.router.apply(routes, observed=observed)
         except router_mod.RouterError as exc:
             log.error("router: %s", exc)
 

@@ -73,8 +73,18 @@ def test_this_process_has_cpu_time_and_a_proportional_set_size() -> None:
     assert pss is not None and pss > 1 << 20
 
 
+def test_cpu_of_several_processes_is_their_sum() -> None:
+    mine = bench.cpu_seconds(os.getpid())
+    init = bench.cpu_seconds(1)
+    both = bench.cpu_seconds(os.getpid(), 1)
+    assert mine is not None and init is not None and both is not None
+    assert both >= mine + init - 0.05  # this process ran on a little between the reads
+
+
 def test_a_gone_process_reads_as_unknown() -> None:
     assert bench.cpu_seconds(None) is None
+    assert bench.cpu_seconds() is None
+    assert bench.cpu_seconds(os.getpid(), 2**22 + 1) is None
     assert bench.cpu_seconds(2**22 + 1) is None  # above the kernel's pid_max
     assert bench.pss_bytes(2**22 + 1) is None
 
