@@ -55,6 +55,7 @@ class FakeReplica:
         self._served = 0
         self._inflight = 0
         self._connections: set[socket.socket] = set()
+        self._accepted = 0
         self._http: ThreadingHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
         self._grpc: Any = None
@@ -68,6 +69,12 @@ class FakeReplica:
         """Requests answered (REST and gRPC)."""
         with self._lock:
             return self._served
+
+    @property
+    def accepted(self) -> int:
+        """REST connections accepted so far (a router that reuses them opens few)."""
+        with self._lock:
+            return self._accepted
 
     @property
     def inflight(self) -> int:
@@ -120,6 +127,7 @@ class FakeReplica:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 with replica._lock:
                     replica._connections.add(self.connection)
+                    replica._accepted += 1
 
             def finish(self) -> None:
                 with replica._lock:

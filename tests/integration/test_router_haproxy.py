@@ -436,6 +436,38 @@ def test_apply_twice_sends_no_command_the_second_time(
         router.stop(1.0)
 
 
+def test_a_replica_added_at_run_time_gets_kept_alive_connections(
+    router: Router, replica: ReplicaFactory
+) -> None:
+    # HAProxy 2.6 gives a server added through the runtime API no idle pool unless its
+    # line says so: each request then opened (and reset) a connection of its own.
+    first, added = replica("v1-a"), replica("v1-b")
+    route = service(RevisionRoute("cost-v1", 100, (first.endpoint(),)))
+    router.apply([route])
+    route = service(
+        RevisionRoute("cost-v1", 100, (first.endpoint(), added.endpoint())),
+        ports=(route.rest_port, route.grpc_port),
+    )
+    router.apply([route])
+    assert any(line.startswith("add server") for line in router.last_changes)
+    wait_until(lambda: get(route.rest_port)[0] == 200, 5, "the route to serve")
+    before = {r.name: (r.accepted, r.served) for r in (first, added)}
+    conn = http.client.HTTPConnection("127.0.0.1", route.rest_port, timeout=10)
+    try:
+        for _ in range(40):  # one client connection, one request at a time
+            conn.request("GET", "/")
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+    finally:
+        conn.close()
+    for fake in (first, added):
+        accepted, served = before[fake.name]
+        assert fake.served - served >= 10  # leastconn shares the sequential requests
+        # A connection or two (the health checks are TCP only, on their own), not 20.
+        assert fake.accepted - accepted <= 3, (fake.name, fake.accepted - accepted)
+
+
 def test_a_reading_taken_since_the_last_apply_spares_apply_its_own(
     tmp_path: Path, haproxy_binary: str, replica: ReplicaFactory
 ) -> None:

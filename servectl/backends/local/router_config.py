@@ -481,10 +481,20 @@ class Settings:
 
 
 def server_args(port: int, *, h2: bool, timeouts: Timeouts) -> str:
-    """A server's address and options, the same on a config line and in ``add server``."""
+    """A server's address and options, the same on a config line and in ``add server``.
+
+    The pool settings are HAProxy's defaults for a server in the config, written out
+    because a server added at run time (``add server``, HAProxy 2.6) gets none: no idle
+    pool (``show servers conn``: ``idle_lim 0``, ``purge_delay 0``), so every request
+    opened a new connection to the replica and reset it afterwards (+1 ms a request and
+    a thread start in the model server; measured in docs/benchmarks.md).
+    """
     interval = ms(timeouts.check_interval_s)
     proto = " proto h2" if h2 else ""
-    return f"127.0.0.1:{port}{proto} check inter {interval} fall 1 rise 1"
+    return (
+        f"127.0.0.1:{port}{proto} check inter {interval} fall 1 rise 1 "
+        "pool-max-conn -1 pool-purge-delay 5s"
+    )
 
 
 def weights_entries(plan: ServicePlan) -> MapEntries:

@@ -244,8 +244,12 @@ def test_config_routes_through_counter_and_maps() -> None:
     assert "use_backend default.cost_rest_%[var(txn.slot)]" in config
     assert "default_backend default.cost_off" in config
     assert "balance leastconn" in config
-    assert "server v1-a 127.0.0.1:10000 check inter 1000ms fall 1 rise 1\n" in config
-    assert "server v1-a 127.0.0.1:10001 proto h2 check inter 1000ms fall 1 rise 1\n" in config
+    # The idle pool's settings are written out: a server added at run time gets none.
+    pool = " pool-max-conn -1 pool-purge-delay 5s"
+    assert f"server v1-a 127.0.0.1:10000 check inter 1000ms fall 1 rise 1{pool}\n" in config
+    assert (
+        f"server v1-a 127.0.0.1:10001 proto h2 check inter 1000ms fall 1 rise 1{pool}\n" in config
+    )
     for line in ("retries 3", "option redispatch 1", "retry-on conn-failure empty-response"):
         assert f"    {line}\n" in config
     assert "timeout connect 2000ms" in config
@@ -280,7 +284,10 @@ def test_no_weight_maps_every_position_to_off() -> None:
 def test_a_draining_server_is_written_with_weight_0() -> None:
     revision = RevisionRoute("cost-v1", 100, (ep("v1-a", 10000, draining=True),))
     config = rc.render(plan(route(revision)), SETTINGS).config
-    assert "server v1-a 127.0.0.1:10000 check inter 1000ms fall 1 rise 1 weight 0" in config
+    assert (
+        "server v1-a 127.0.0.1:10000 check inter 1000ms fall 1 rise 1 "
+        "pool-max-conn -1 pool-purge-delay 5s weight 0" in config
+    )
 
 
 def _structure(*routes: ServiceRoute, settings: rc.Settings = SETTINGS) -> str:
@@ -417,10 +424,11 @@ def test_new_servers_are_added_enabled_and_checked_before_maps_move() -> None:
     lines = _lines(rc.converge(rc.render(after, SETTINGS).runtime, observed))
     assert lines == [
         "add server default.cost_grpc_1/v2-b 127.0.0.1:10021 proto h2 check inter 1000ms "
-        "fall 1 rise 1",
+        "fall 1 rise 1 pool-max-conn -1 pool-purge-delay 5s",
         "enable health default.cost_grpc_1/v2-b",
         "set server default.cost_grpc_1/v2-b state ready",
-        "add server default.cost_rest_1/v2-b 127.0.0.1:10020 check inter 1000ms fall 1 rise 1",
+        "add server default.cost_rest_1/v2-b 127.0.0.1:10020 check inter 1000ms fall 1 rise 1 "
+        "pool-max-conn -1 pool-purge-delay 5s",
         "enable health default.cost_rest_1/v2-b",
         "set server default.cost_rest_1/v2-b state ready",
         "replace /srv/router/maps/default.cost.weights.map",
