@@ -72,6 +72,20 @@ def router(tmp_path: Path, haproxy_binary: str) -> Iterator[Router]:
         started.stop(timeout_s=1.0)
 
 
+@pytest.fixture
+def recording_router(tmp_path: Path, haproxy_binary: str) -> Iterator[tuple[Router, list[str]]]:
+    """A started router and every runtime API command it sends (reads included)."""
+    sent: list[str] = []
+    started = Router(
+        tmp_path / "r", stats_port=free_port(), binary=haproxy_binary, on_command=sent.append
+    )
+    started.start()
+    try:
+        yield started, sent
+    finally:
+        started.stop(1.0)
+
+
 ReplicaFactory = Callable[[str], FakeReplica]
 
 
@@ -408,32 +422,25 @@ def test_haproxy_outlives_its_controller_and_a_new_router_adopts_it(
 
 
 def test_apply_twice_sends_no_command_the_second_time(
-    tmp_path: Path, haproxy_binary: str, replica: ReplicaFactory
+    recording_router: tuple[Router, list[str]], replica: ReplicaFactory
 ) -> None:
-    sent: list[str] = []
-    router = Router(
-        tmp_path / "r", stats_port=free_port(), binary=haproxy_binary, on_command=sent.append
+    router, sent = recording_router
+    a, b, c = replica("v1-a"), replica("v1-b"), replica("v2-a")
+    route = service(
+        RevisionRoute("cost-v1", 70, (a.endpoint(), b.endpoint(draining=True))),
+        RevisionRoute("cost-v2", 30, (c.endpoint(),)),
+        match=Match("cookie", "ab", "beta", "cost-v2"),
     )
-    router.start()
-    try:
-        a, b, c = replica("v1-a"), replica("v1-b"), replica("v2-a")
-        route = service(
-            RevisionRoute("cost-v1", 70, (a.endpoint(), b.endpoint(draining=True))),
-            RevisionRoute("cost-v2", 30, (c.endpoint(),)),
-            match=Match("cookie", "ab", "beta", "cost-v2"),
-        )
-        router.apply([route])
-        # Runtime changes: a weight and a new server, then the same again.
-        route = moved(route, {"cost-v1": 60, "cost-v2": 40})
-        router.apply([route])
-        assert any(line.startswith("commit map") for line in router.last_changes)
-        sent.clear()
-        router.apply([route])
-        assert router.last_changes == ()
-        changes = [c for c in sent if not c.startswith(("show ", "get "))]
-        assert changes == []
-    finally:
-        router.stop(1.0)
+    router.apply([route])
+    # Runtime changes: a weight and a new server, then the same again.
+    route = moved(route, {"cost-v1": 60, "cost-v2": 40})
+    router.apply([route])
+    assert any(line.startswith("commit map") for line in router.last_changes)
+    sent.clear()
+    router.apply([route])
+    assert router.last_changes == ()
+    changes = [c for c in sent if not c.startswith(("show ", "get "))]
+    assert changes == []
 
 
 def test_a_replica_added_at_run_time_gets_kept_alive_connections(
@@ -469,34 +476,27 @@ def test_a_replica_added_at_run_time_gets_kept_alive_connections(
 
 
 def test_a_reading_taken_since_the_last_apply_spares_apply_its_own(
-    tmp_path: Path, haproxy_binary: str, replica: ReplicaFactory
+    recording_router: tuple[Router, list[str]], replica: ReplicaFactory
 ) -> None:
     # The controller reads HAProxy once a tick (observe) and hands that reading to apply.
-    sent: list[str] = []
-    router = Router(
-        tmp_path / "r", stats_port=free_port(), binary=haproxy_binary, on_command=sent.append
+    router, sent = recording_router
+    a, b = replica("v1-a"), replica("v2-a")
+    route = service(
+        RevisionRoute("cost-v1", 90, (a.endpoint(),)),
+        RevisionRoute("cost-v2", 10, (b.endpoint(),)),
     )
-    router.start()
-    try:
-        a, b = replica("v1-a"), replica("v2-a")
-        route = service(
-            RevisionRoute("cost-v1", 90, (a.endpoint(),)),
-            RevisionRoute("cost-v2", 10, (b.endpoint(),)),
-        )
-        router.apply([route])
-        reading = router.observe()
-        assert router.actual(reading) == router.actual()
-        sent.clear()
-        route = moved(route, {"cost-v1": 50, "cost-v2": 50})
-        router.apply([route], observed=reading)
-        assert not any(c.startswith(("show ", "get ")) for c in sent)  # no second reading
-        assert any(c.startswith("commit map") for c in sent)
-        assert bodies(route.rest_port, 100) == {"v1-a": 50, "v2-a": 50}
-        sent.clear()
-        router.apply([route], observed=router.observe())
-        assert [c for c in sent if not c.startswith(("show ", "get "))] == []
-    finally:
-        router.stop(1.0)
+    router.apply([route])
+    reading = router.observe()
+    assert router.actual(reading) == router.actual()
+    sent.clear()
+    route = moved(route, {"cost-v1": 50, "cost-v2": 50})
+    router.apply([route], observed=reading)
+    assert not any(c.startswith(("show ", "get ")) for c in sent)  # no second reading
+    assert any(c.startswith("commit map") for c in sent)
+    assert bodies(route.rest_port, 100) == {"v1-a": 50, "v2-a": 50}
+    sent.clear()
+    router.apply([route], observed=router.observe())
+    assert [c for c in sent if not c.startswith(("show ", "get "))] == []
 
 
 def test_adding_a_service_reloads_without_failing_a_request(
