@@ -343,6 +343,9 @@ def _local_bench(parts_opt: str, services: int, ticks: int, output: Output) -> N
         rows=[[f.part, f.name, f.shown(), f.detail] for f in figures],
         records=[f.to_record() for f in figures],
     )
+    failed = [f.part for f in figures if f.name == local_bench.FAILED]
+    if failed:
+        raise fail(f"bench --local: {', '.join(failed)} failed (see the table)", 1)
 
 
 def _micro_bench(output: Output) -> None:

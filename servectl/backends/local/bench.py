@@ -598,6 +598,10 @@ def missing_binaries(parts: Sequence[Part]) -> list[str]:
     return sorted(b for b in need if shutil.which(b) is None)
 
 
+FAILED = "failed"
+"""The name of the figure a part that could not finish leaves (value None, detail why)."""
+
+
 def run(
     parts: Sequence[Part] = tuple(Part),
     *,
@@ -606,41 +610,50 @@ def run(
     work: Path | None = None,
     progress: Progress = _quiet,
 ) -> list[Figure]:
-    """Run ``parts`` in this order (router, controller, replica, demo) under ``work`` (a
-    temporary directory when None, removed afterwards) and return every figure."""
+    """Run ``parts`` in this order (router, controller, replica, demo) under ``work`` and
+    return every figure. A part that fails leaves one :data:`FAILED` figure saying why, and
+    the others still run. ``work`` None: a temporary directory, removed afterwards unless a
+    part failed (its logs are there then; the failed figure says where)."""
     missing = missing_binaries(parts)
     if missing:
         raise BenchError(f"{' and '.join(missing)} not found: apt-get install {' '.join(missing)}")
     figures: list[Figure] = []
-    with contextlib.ExitStack() as stack:
-        if work is None:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servectl-bench-")))
-        work.mkdir(parents=True, exist_ok=True)
-        for part in Part:
-            if part not in parts:
-                continue
-            started = time.monotonic()
-            try:
-                if part is Part.ROUTER:
-                    figures += router_figures(work, progress=progress)
-                elif part is Part.CONTROLLER:
-                    figures += controller_figures(work, services, ticks=ticks, progress=progress)
-                elif part is Part.REPLICA:
-                    figures += replica_figures(work, progress=progress)
-                else:
-                    figures += demo_figures(work, progress=progress)
-            except BenchError as exc:
-                raise BenchError(f"{part.value}: {exc}") from exc
-            except (
-                ClientError,
-                DemoError,
-                DemoExportError,
-                PrometheusError,
-                router_mod.RouterError,
-                StoreError,
-                sup.SupervisorError,
-                OSError,
-            ) as exc:
-                raise BenchError(f"{part.value}: {type(exc).__name__}: {exc}") from exc
-            progress(f"{part.value}: done in {time.monotonic() - started:.0f} s")
+    temporary = work is None
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix="servectl-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    failed = False
+    for part in Part:
+        if part not in parts:
+            continue
+        started = time.monotonic()
+        try:
+            if part is Part.ROUTER:
+                figures += router_figures(work, progress=progress)
+            elif part is Part.CONTROLLER:
+                figures += controller_figures(work, services, ticks=ticks, progress=progress)
+            elif part is Part.REPLICA:
+                figures += replica_figures(work, progress=progress)
+            else:
+                figures += demo_figures(work, progress=progress)
+        except (
+            BenchError,
+            ClientError,
+            DemoError,
+            DemoExportError,
+            PrometheusError,
+            router_mod.RouterError,
+            StoreError,
+            sup.SupervisorError,
+            OSError,
+        ) as exc:
+            failed = True
+            kind = "" if isinstance(exc, BenchError) else f"{type(exc).__name__}: "
+            message = f"{kind}{exc} (files: {work})"
+            progress(f"{part.value}: FAILED after {time.monotonic() - started:.0f} s: {message}")
+            figures.append(Figure(part, FAILED, None, "", message))
+            continue
+        progress(f"{part.value}: done in {time.monotonic() - started:.0f} s")
+    if temporary and not failed:
+        shutil.rmtree(work, ignore_errors=True)
     return figures

@@ -96,3 +96,31 @@ def test_missing_binaries_are_named_per_part(monkeypatch: pytest.MonkeyPatch) ->
     assert bench.missing_binaries([]) == []
     with pytest.raises(bench.BenchError, match="apt-get install haproxy prometheus"):
         bench.run([bench.Part.DEMO])
+
+
+def test_a_failed_part_is_a_figure_and_the_next_part_still_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bench.shutil, "which", lambda name: f"/usr/sbin/{name}")
+
+    def broken(work: object, **_: object) -> list[bench.Figure]:
+        raise bench.router_mod.RouterError("HAProxy refuses the config: no")
+
+    def controller(work: object, services: object, **_: object) -> list[bench.Figure]:
+        return [bench.Figure(bench.Part.CONTROLLER, "CPU per tick, 1 service", 20.0, "ms")]
+
+    monkeypatch.setattr(bench, "router_figures", broken)
+    monkeypatch.setattr(bench, "controller_figures", controller)
+    lines: list[str] = []
+    figures = bench.run([bench.Part.ROUTER, bench.Part.CONTROLLER], progress=lines.append)
+    assert [(f.part, f.name) for f in figures] == [
+        ("router", bench.FAILED),
+        ("controller", "CPU per tick, 1 service"),
+    ]
+    failed = figures[0]
+    assert failed.value is None
+    assert failed.detail.startswith("RouterError: HAProxy refuses the config: no (files: ")
+    kept = failed.detail.rsplit("(files: ", 1)[1].rstrip(")")
+    assert os.path.isdir(kept)  # kept for its logs
+    os.rmdir(kept)
+    assert any("router: FAILED" in line for line in lines)
