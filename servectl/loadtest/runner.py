@@ -249,6 +249,10 @@ class LoadTestResult:
     log_file: Path
     command: list[str]
     wall_s: float
+    forced_stop: bool = False
+    """Locust did not stop within STOP_GRACE_S of the SIGINT that ``stop`` sent and was
+    killed: ``summary`` is its last periodic CSV write (about a second old, or older if it
+    hung), and there is no HTML report."""
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -258,6 +262,7 @@ class LoadTestResult:
             "log_file": str(self.log_file),
             "command": self.command,
             "wall_s": round(self.wall_s, 2),
+            "forced_stop": self.forced_stop,
         }
 
 
@@ -363,7 +368,8 @@ def run(
     ``progress_every_s`` seconds. Failed requests do not raise: read ``summary``. A target
     that takes no connection raises :class:`UnreachableError` before Locust starts.
     Setting ``stop`` ends the test early (SIGINT: Locust stops its users and writes its
-    reports, which are read as usual).
+    reports, which are read as usual; one that does not stop within ``STOP_GRACE_S`` is
+    killed, and its last periodic CSV is the result, with ``forced_stop`` set).
     """
     config.check()
     preflight(config)
@@ -398,8 +404,9 @@ def run(
         except OSError as exc:
             raise LoadTestError(f"cannot start Locust ({cmd[0]}): {exc}") from exc
         assert proc.stdout is not None
+        killed = threading.Event()
         if stop is not None:
-            threading.Thread(target=_stop_when, args=(stop, proc), daemon=True).start()
+            threading.Thread(target=_stop_when, args=(stop, proc, killed), daemon=True).start()
         for line in proc.stdout:
             if line.startswith(PROGRESS_PREFIX):
                 if progress is not None:
@@ -416,7 +423,16 @@ def run(
     if errors:
         raise LoadTestError("; ".join(errors))
     stats = Path(f"{config.csv_prefix}_stats.csv")
-    if code != 0 or not stats.is_file():
+    forced = killed.is_set() and stats.is_file()
+    if forced:
+        # Asked to stop, it hung instead: what it wrote up to then is still the test's
+        # measurement (Locust rewrites the CSVs every second), and the caller is told.
+        with config.log_file.open("a") as log:
+            log.write(
+                f"--- servectl: Locust did not stop within {STOP_GRACE_S:g} s of SIGINT and "
+                "was killed; the summary is its last CSV write\n"
+            )
+    elif code != 0 or not stats.is_file():
         last = "\n  ".join(line for line in tail if line.strip()) or "(no output)"
         raise LoadTestError(
             f"Locust exited with status {code} (full log: {config.log_file}); last lines:\n  {last}"
@@ -429,6 +445,7 @@ def run(
         log_file=config.log_file,
         command=cmd,
         wall_s=wall,
+        forced_stop=forced,
     )
 
 
@@ -436,7 +453,9 @@ STOP_GRACE_S = 30.0
 """How long Locust has after SIGINT to stop its users and write its reports."""
 
 
-def _stop_when(stop: threading.Event, proc: subprocess.Popen[str]) -> None:
+def _stop_when(
+    stop: threading.Event, proc: subprocess.Popen[str], killed: threading.Event
+) -> None:
     while proc.poll() is None:
         if stop.wait(0.2):
             if proc.poll() is None:
@@ -444,6 +463,7 @@ def _stop_when(stop: threading.Event, proc: subprocess.Popen[str]) -> None:
                 try:
                     proc.wait(timeout=STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
+                    killed.set()
                     proc.kill()
             return
 

@@ -432,7 +432,7 @@ class Demo:
             time.sleep(WARMUP_RAMP_S)
             self._wait(self._steady_at_base, 60, "the service to be steady on the base load")
         finally:
-            warmup.finish()
+            self._finish(warmup)
         self.t0 = time.time()
         recorder = Recorder(s.state_dir, self.t0, self.phase)
         recorder.on_event = self._event
@@ -463,7 +463,7 @@ class Demo:
             self.say("rollout: v3 (fails 10 % of its requests)")
             outcome = self._rollout(3, ("Aborted", "Completed", "Degraded"), 180)
             phases.append(PhaseResult("failing v3", t, time.time() - self.t0, outcome))
-            high_result = load.finish()
+            high_result = self._finish(load)
             # 4. The load goes back down.
             self._phase = ("scale-down", base)
             t = time.time() - self.t0
@@ -473,7 +473,7 @@ class Demo:
             try:
                 self._wait(lambda: self._total_desired() <= 1, 120, "the scale-down")
             finally:
-                low_result = low.finish()
+                low_result = self._finish(low)
             phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
             time.sleep(3)  # the timeline shows the last change land
         finally:
@@ -491,6 +491,16 @@ class Demo:
             wall_s=time.monotonic() - started,
         )
         write_report(result)
+        return result
+
+    def _finish(self, load: _Load) -> runner.LoadTestResult:
+        result = load.finish()
+        if result.forced_stop:
+            self.say(
+                f"warning: Locust ({load.config.name}) did not stop within "
+                f"{runner.STOP_GRACE_S:g} s and was killed; its counts are those of its last "
+                f"report, a second or more before (log: {result.log_file})"
+            )
         return result
 
     def _event(self, event: Mapping[str, Any]) -> None:
