@@ -453,9 +453,7 @@ STOP_GRACE_S = 30.0
 """How long Locust has after SIGINT to stop its users and write its reports."""
 
 
-def _stop_when(
-    stop: threading.Event, proc: subprocess.Popen[str], killed: threading.Event
-) -> None:
+def _stop_when(stop: threading.Event, proc: subprocess.Popen[str], killed: threading.Event) -> None:
     while proc.poll() is None:
         if stop.wait(0.2):
             if proc.poll() is None:
