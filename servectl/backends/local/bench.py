@@ -304,12 +304,14 @@ def _runtime(
 ) -> Iterator[tuple[Runtime, LocalClient]]:
     """A runtime ticked by the caller (not a controller process), stopped on the way out."""
     runtime = Runtime(state, server_command=server_command)
-    runtime.start()
-    client = LocalClient(state)
+    client: LocalClient | None = None
     try:
+        runtime.start()  # inside: a Prometheus that fails to start must not leave HAProxy
+        client = LocalClient(state)
         yield runtime, client
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         runtime.shutdown(grace_s=5)
         runtime.close()
 
