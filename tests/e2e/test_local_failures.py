@@ -48,13 +48,19 @@ def _condition(rt: LocalRuntime, kind: str) -> dict[str, str]:
     return next((c for c in rt.status("cost").get("conditions", []) if c["type"] == kind), {})
 
 
-def test_a_killed_replica_is_restarted_and_no_request_fails(
-    runtime: LocalRuntime, demo_models: Path
-) -> None:
+def _deploy_two_replicas(runtime: LocalRuntime, demo_models: Path) -> int:
+    """cost v1 with two ready replicas; its REST front port."""
     doc = service_doc(demo_models)
     doc["spec"]["autoscaling"]["minReplicas"] = 2
     port = deploy(runtime, doc)
     runtime.wait(lambda: runtime.ready("cost").get("cost-v1") == 2, 90, "two ready replicas")
+    return port
+
+
+def test_a_killed_replica_is_restarted_and_no_request_fails(
+    runtime: LocalRuntime, demo_models: Path
+) -> None:
+    port = _deploy_two_replicas(runtime, demo_models)
     client = Client(port)
     try:
         time.sleep(2)
@@ -144,10 +150,7 @@ def test_prometheus_hung_holds_the_scale_and_killed_is_restarted(
 def test_a_killed_haproxy_comes_back_with_its_routes(
     runtime: LocalRuntime, demo_models: Path
 ) -> None:
-    doc = service_doc(demo_models)
-    doc["spec"]["autoscaling"]["minReplicas"] = 2
-    port = deploy(runtime, doc)
-    runtime.wait(lambda: runtime.ready("cost").get("cost-v1") == 2, 90, "two ready replicas")
+    port = _deploy_two_replicas(runtime, demo_models)
     pid_file = runtime.state_dir / "haproxy" / "haproxy.pid"
     old = int(pid_file.read_text().split()[0])
     os.kill(old, signal.SIGKILL)
