@@ -138,8 +138,103 @@ def _missing_binaries() -> list[str]:
     return missing
 
 
-def controller(state: StateDirOption = None) -> None:
-    """Run the local runtime's controller in the foreground (what `servectl up` starts)."""
+_K8S = "Kubernetes (--kubernetes)"
+
+
+def controller(
+    state: StateDirOption = None,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Run the in-cluster controller: watch ModelServices in a cluster (in a pod, "
+            "or from --kubeconfig) instead of the local runtime.",
+            rich_help_panel=_K8S,
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubeconfig file (default: in-cluster, else $KUBECONFIG).", rich_help_panel=_K8S
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(help="Kubeconfig context.", rich_help_panel=_K8S)
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Watch only this namespace (repeatable; default: every namespace).",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Prometheus that scrapes TF Serving, cAdvisor and kube-state-metrics "
+            "(without it every service holds: metrics missing).",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    traffic: Annotated[
+        str,
+        typer.Option(
+            help="gateway: HTTPRoute/GRPCRoute weights (Gateway API); service: one "
+            "Service over every revision, split by replica ratio.",
+            rich_help_panel=_K8S,
+        ),
+    ] = "gateway",
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            help="The Gateway routes attach to, NAME or NAMESPACE/NAME.", rich_help_panel=_K8S
+        ),
+    ] = None,
+    leader_elect: Annotated[
+        bool, typer.Option(help="Only the Lease holder acts.", rich_help_panel=_K8S)
+    ] = True,
+    lease_name: Annotated[
+        str, typer.Option(help="The Lease's name.", rich_help_panel=_K8S)
+    ] = "servectl-controller",
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="The Lease's namespace (default: $POD_NAMESPACE, else default).",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    probe_port: Annotated[
+        int, typer.Option(help="Serves /healthz and /readyz.", rich_help_panel=_K8S)
+    ] = 8081,
+    metrics_port: Annotated[
+        int, typer.Option(help="Serves /metrics.", rich_help_panel=_K8S)
+    ] = 8080,
+    period: Annotated[
+        float, typer.Option(help="Seconds between reconcile cycles.", rich_help_panel=_K8S)
+    ] = 5.0,
+) -> None:
+    """Run a controller in the foreground: the local runtime's (what `servectl up` starts),
+    or with --kubernetes the in-cluster one."""
+    if kubernetes:
+        from servectl.cli.kube_cmd import run_controller
+
+        run_controller(
+            kubeconfig=kubeconfig,
+            context=context,
+            namespaces=list(namespace or []),
+            prometheus_url=prometheus_url,
+            traffic=traffic,
+            gateway=gateway,
+            leader_elect=leader_elect,
+            lease_name=lease_name,
+            lease_namespace=lease_namespace,
+            probe_port=probe_port,
+            metrics_port=metrics_port,
+            period=period,
+        )
+        return
     import logging
 
     from servectl.backends.local.runtime import Runtime, install_signal_handlers

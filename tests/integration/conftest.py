@@ -1,5 +1,5 @@
 """Fixtures for the tests against a real Prometheus (every test here is marked `prometheus`,
-except the router's, marked `haproxy`).
+except the router's, marked `haproxy`, and those of tests/integration/k8s, `kubernetes`).
 
 - ``prometheus``: a `PrometheusServer` in tmp_path, scraping every second, started; no
   targets yet (``prometheus.set_targets(...)``). Starting takes well under a second, but
@@ -29,8 +29,13 @@ _HERE = Path(__file__).parent
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        # The router's tests (marked haproxy) need no Prometheus.
-        if _HERE in item.path.parents and item.get_closest_marker("haproxy") is None:
+        # The router's tests (marked haproxy) need no Prometheus, nor do the Kubernetes
+        # control plane's (tests/integration/k8s, marked kubernetes by their conftest).
+        if (
+            _HERE in item.path.parents
+            and _HERE / "k8s" not in item.path.parents
+            and item.get_closest_marker("haproxy") is None
+        ):
             item.add_marker(pytest.mark.prometheus)
 
 

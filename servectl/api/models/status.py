@@ -167,6 +167,12 @@ class ModelServiceStatus(StatusModel):
         description="Ready, Progressing, Degraded, MetricsAvailable, ScalingLimited.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
+    loop: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The Kubernetes controller's saved loop state (free-form): the rollout "
+        "step, the planner's drain clocks and the policy's history a restarted controller "
+        "resumes from, and the last rollout command it carried out.",
+    )
 
     def condition(self, condition_type: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type is condition_type), None)

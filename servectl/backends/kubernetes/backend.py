@@ -1,0 +1,576 @@
+"""One ModelService in a cluster as a :class:`~servectl.controller.backend.Backend`.
+
+The controller (:mod:`servectl.backends.kubernetes.controller`) builds one
+:class:`KubeBackend` per ModelService per cycle over its watch caches and one Prometheus
+snapshot, and runs ``reconcile_once`` on it:
+
+- **observe**: each revision's Deployment (the replicas last applied), its pods (ready:
+  the readiness probe passes, which needs the version AVAILABLE; starting; terminating,
+  which is draining: the ``preStop`` sleep holds them while the route forgets them), the
+  weights the HTTPRoute applies now (or, with the ``service`` provider, the weight last
+  applied), and the metrics;
+- **commands**: the rollout command the CLI left in the ``servectl.io/rollout-command``
+  annotation (carried out once: its id is remembered in the status), and a rollout to
+  ``spec.model.version`` when the user changed it;
+- **apply**: server-side apply of each revision's ConfigMap, Deployment and Service, then
+  the routes, then deletes of revisions the plan retired; only objects whose content
+  changed are sent (the ``servectl.io/applied`` hash, replicas and weight), so a quiet
+  cycle writes nothing. Before a Deployment shrinks, its pods get a
+  ``pod-deletion-cost`` from their CPU, so the ReplicaSet removes the least busy ones;
+- **state and status**: the status is written once per cycle through the status
+  subresource, and only when it changed. The loop state rides along in ``status.loop``
+  when the status changes anyway, when a command was carried out, or at least every
+  ``checkpoint_s``; between checkpoints the controller keeps it in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from servectl.api import models
+from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes.cache import Informer
+from servectl.backends.kubernetes.kube import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    EVENTS,
+    GRPCROUTES,
+    HTTPROUTES,
+    MODELSERVICES,
+    PODS,
+    SERVICES,
+    Doc,
+    Kube,
+    KubeError,
+)
+from servectl.controller import state as state_codec
+from servectl.controller.backend import Event
+from servectl.controller.decide import Command, LoopState
+from servectl.controller.observe import RevisionState, observe
+from servectl.metrics.assemble import MetricsSnapshot
+from servectl.metrics.source import PrometheusSource
+from servectl.planning.types import Observed, Plan
+from servectl.rollout.machine import Op
+
+log = logging.getLogger("servectl.kubernetes")
+
+CPU_SETTLE_S = 30.0
+"""A pod's CPU counts as load once it has been ready this long (the HPA's
+--horizontal-pod-autoscaler-cpu-initialization-period is 5 min; TF Serving's load burst
+is over well within 30 s)."""
+EVENT_MANAGER = "servectl"
+
+
+@dataclass
+class Caches:
+    """The controller's watch caches."""
+
+    modelservices: Informer
+    deployments: Informer
+    services: Informer
+    configmaps: Informer
+    pods: Informer
+    httproutes: Informer | None = None
+    grpcroutes: Informer | None = None
+
+    def owned(self) -> list[tuple[Informer, Any]]:
+        out: list[tuple[Informer, Any]] = [
+            (self.deployments, DEPLOYMENTS),
+            (self.services, SERVICES),
+            (self.configmaps, CONFIGMAPS),
+        ]
+        if self.httproutes is not None:
+            out.append((self.httproutes, HTTPROUTES))
+        if self.grpcroutes is not None:
+            out.append((self.grpcroutes, GRPCROUTES))
+        return out
+
+
+@dataclass
+class Memory:
+    """What the controller keeps per service between cycles (lost on restart: each
+    field is also in ``status.loop`` as of the last checkpoint)."""
+
+    state: LoopState | None = None
+    saved_at: float = -math.inf  # wall clock of the last checkpoint
+    header: str | None = None  # the header route last applied (service provider)
+    command: str | None = None  # id of the last rollout command carried out
+    start_version: int | None = None  # the version a spec change last started a rollout to
+    force_checkpoint: bool = False
+
+
+@dataclass
+class Applied:
+    """What one cycle's ``apply`` did, for the controller's metrics and log."""
+
+    writes: int = 0
+    deletes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class KubeBackend:
+    """One ModelService, for one ``reconcile_once``."""
+
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        caches: Caches,
+        doc: Doc,
+        service: models.ModelService,
+        metrics: MetricsSnapshot,
+        memory: Memory,
+        options: obj.Options,
+        wall_clock: Callable[[], float],
+        source: PrometheusSource | None = None,
+        checkpoint_s: float = 60.0,
+    ) -> None:
+        self.kube = kube
+        self.caches = caches
+        self.doc = doc
+        self.service = service
+        self.namespace = service.metadata.namespace
+        self.name = service.metadata.name
+        self.metrics = metrics
+        self.memory = memory
+        self.options = options
+        self._wall = wall_clock
+        self.source = source
+        self.checkpoint_s = checkpoint_s
+        self.applied = Applied()
+        self._loop_doc: Doc = dict(((doc.get("status") or {}).get("loop")) or {})
+
+    # ------------------------------------------------------------------ reads
+
+    def _mine(self, informer: Informer | None) -> list[Doc]:
+        if informer is None:
+            return []
+        return informer.select(self.namespace, {obj.LABEL_SERVICE: self.name})
+
+    def deployments(self) -> dict[str, Doc]:
+        out = {}
+        for d in self._mine(self.caches.deployments):
+            rev = ((d.get("metadata") or {}).get("labels") or {}).get(obj.LABEL_REVISION)
+            if rev:
+                out[str(rev)] = d
+        return out
+
+    def route(self) -> Doc | None:
+        if self.options.traffic != obj.TrafficProvider.GATEWAY or self.caches.httproutes is None:
+            return None
+        return self.caches.httproutes.get(self.namespace, self.name)
+
+    def revision_states(self) -> list[RevisionState]:
+        wall = self._wall()
+        pods_by_rev: dict[str, list[Doc]] = {}
+        for pod in self._mine(self.caches.pods):
+            rev = ((pod.get("metadata") or {}).get("labels") or {}).get(obj.LABEL_REVISION)
+            if rev and not obj.pod_finished(pod):
+                pods_by_rev.setdefault(str(rev), []).append(pod)
+        weights, _header = obj.route_weights(self.route())
+        use_route = self.route() is not None
+        states = []
+        for rev, dep in sorted(self.deployments().items()):
+            meta = dep.get("metadata") or {}
+            try:
+                version = int((meta.get("labels") or {})[obj.LABEL_VERSION])
+            except (KeyError, ValueError):
+                continue  # not one of ours after all
+            pods = pods_by_rev.get(rev, [])
+            ready = [p for p in pods if obj.pod_ready(p)]
+            draining = [p for p in pods if obj.pod_terminating(p)]
+            starting = [p for p in pods if not obj.pod_ready(p) and not obj.pod_terminating(p)]
+            if use_route:
+                weight = weights.get(rev, 0)
+            else:
+                try:
+                    weight = int((meta.get("annotations") or {}).get(obj.WEIGHT, "0"))
+                except ValueError:
+                    weight = 0
+            settled = frozenset(
+                str(p["metadata"]["name"])
+                for p in ready
+                if (since := _time(obj.pod_ready_since(p))) is not None
+                and wall - since >= CPU_SETTLE_S
+            )
+            states.append(
+                RevisionState(
+                    name=rev,
+                    version=version,
+                    desired=int((dep.get("spec") or {}).get("replicas") or 0),
+                    ready=len(ready),
+                    starting=len(starting),
+                    draining=len(draining),
+                    weight=weight,
+                    available=bool(ready),
+                    ready_pods=settled,
+                )
+            )
+        return states
+
+    def header_revision(self) -> str | None:
+        route = self.route()
+        if route is not None:
+            return obj.route_weights(route)[1]
+        if self.memory.header is not None:
+            return self.memory.header
+        header = self._loop_doc.get("header")
+        return str(header) if header else None
+
+    # ------------------------------------------------------------------ Backend
+
+    def observe(self, now: float) -> Observed:
+        spec = self.service.spec
+        custom: dict[str, tuple[float | None, float | None]] = {}
+        state = self.load_state()
+        rollout = spec.rollout
+        if (
+            rollout is not None
+            and self.source is not None
+            and isinstance(state, LoopState)
+            and state.rollout.canary is not None
+        ):
+            checks = [c for c in _all_checks(rollout) if c.query is not None]
+            if checks:
+                stable = state.rollout.stable
+                custom, _problems = self.source.custom_checks(
+                    checks,
+                    namespace=self.namespace,
+                    service=self.name,
+                    revision=f"{self.name}-v{state.rollout.canary}",
+                    stable=None if stable is None else f"{self.name}-v{stable}",
+                    at=self.metrics.time,
+                )
+        return observe(
+            now,
+            self.metrics,
+            self.revision_states(),
+            namespace=self.namespace,
+            service=self.name,
+            min_replicas=spec.autoscaling.min_replicas,
+            max_replicas=spec.autoscaling.max_replicas,
+            header_revision=self.header_revision(),
+            custom=custom,
+        )
+
+    def commands(self, now: float) -> list[Command]:
+        commands: list[Command] = []
+        annotations = (self.doc.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(obj.COMMAND)
+        last = self.memory.command or self._loop_doc.get("command")
+        if raw:
+            try:
+                request = json.loads(raw)
+                ident = str(request["id"])
+            except (ValueError, KeyError, TypeError):
+                ident, request = f"invalid:{raw}", None
+            if ident != last:
+                self.memory.command = ident
+                self.memory.force_checkpoint = True
+                if request is not None:
+                    try:
+                        version = request.get("version")
+                        commands.append(
+                            Command(
+                                Op(str(request["op"])), None if version is None else int(version)
+                            )
+                        )
+                    except (ValueError, KeyError, TypeError):
+                        self.applied.errors.append(f"{obj.COMMAND}: cannot read {raw!r}")
+                else:
+                    self.applied.errors.append(f"{obj.COMMAND}: not JSON with an id: {raw!r}")
+        wanted = self.service.spec.model.version
+        state = self.load_state()
+        started = self.memory.start_version
+        if started is None:
+            value = self._loop_doc.get("startVersion")
+            started = int(value) if isinstance(value, int) else None
+        if (
+            wanted is not None
+            and isinstance(state, LoopState)
+            and wanted not in (state.rollout.stable, state.rollout.canary)
+            and wanted != started
+            and not any(c.op is Op.START for c in commands)
+        ):
+            commands.append(Command(Op.START, wanted))
+            self.memory.start_version = wanted
+            self.memory.force_checkpoint = True
+        return commands
+
+    # -- apply
+
+    def _put(self, informer: Informer | None, doc: Doc, *, sub: str = "") -> Doc | None:
+        try:
+            out = self.kube.apply(doc, sub=sub)
+        except KubeError as exc:
+            self.applied.errors.append(f"apply {doc['kind']} {doc['metadata']['name']}: {exc}")
+            return None
+        self.applied.writes += 1
+        if informer is not None and out is not None:
+            out.setdefault("apiVersion", doc["apiVersion"])
+            out.setdefault("kind", doc["kind"])
+            informer.put(out)
+        return out
+
+    def _apply_if_changed(self, informer: Informer | None, doc: Doc) -> None:
+        live = informer.get(self.namespace, doc["metadata"]["name"]) if informer else None
+        if live is not None and obj.applied_hash(live) == obj.applied_hash(doc):
+            return
+        self._put(informer, doc)
+
+    def apply(self, plan: Plan, now: float) -> None:
+        spec = self.service.spec
+        caches = self.caches
+        live = self.deployments()
+        for rp in plan.revisions:
+            self._apply_if_changed(
+                caches.configmaps, obj.revision_config(self.doc, spec, rp.name, rp.version)
+            )
+            want = obj.deployment(
+                self.doc, spec, rp.name, rp.version, rp.replicas, weight=rp.weight
+            )
+            have = live.get(rp.name)
+            if (
+                have is None
+                or obj.applied_hash(have) != obj.applied_hash(want)
+                or int((have.get("spec") or {}).get("replicas") or 0) != rp.replicas
+                or ((have.get("metadata") or {}).get("annotations") or {}).get(obj.WEIGHT)
+                != str(rp.weight)
+            ):
+                if have is not None:
+                    self._deletion_costs(
+                        rp.name, int((have.get("spec") or {}).get("replicas") or 0), rp.replicas
+                    )
+                self._put(caches.deployments, want)
+            self._apply_if_changed(
+                caches.services, obj.revision_service(self.doc, rp.name, rp.version)
+            )
+        self._apply_if_changed(caches.services, obj.front_service(self.doc))
+        self.memory.header = plan.header_revision
+        if self.options.traffic == obj.TrafficProvider.GATEWAY:
+            weights = [(rp.name, rp.weight) for rp in plan.revisions]
+            match = obj.match_of(spec)
+            for grpc, informer in ((False, caches.httproutes), (True, caches.grpcroutes)):
+                self._apply_if_changed(
+                    informer,
+                    obj.route(
+                        self.doc,
+                        weights,
+                        header_revision=plan.header_revision,
+                        match=match,
+                        options=self.options,
+                        grpc=grpc,
+                    ),
+                )
+        keep = {rp.name for rp in plan.revisions}
+        for rev in sorted(set(live) - keep):
+            self._retire(rev)
+
+    def _retire(self, revision: str) -> None:
+        for informer, res, name in (
+            (self.caches.deployments, DEPLOYMENTS, revision),
+            (self.caches.services, SERVICES, revision),
+            (self.caches.configmaps, CONFIGMAPS, f"{revision}-config"),
+        ):
+            try:
+                self.kube.delete(res, self.namespace, name)
+                self.applied.deletes += 1
+            except KubeError as exc:
+                self.applied.errors.append(f"delete {res.kind} {name}: {exc}")
+                continue
+            informer.forget(self.namespace, name)
+
+    def _deletion_costs(self, revision: str, current: int, target: int) -> None:
+        """Before a scale-down: each pod's cost is its CPU in millicores (not-ready pods
+        -1), so the ReplicaSet deletes the least busy pods first."""
+        if target >= current:
+            return
+        cpu: dict[str, float] = {}
+        rev = self.metrics.revision(self.namespace, self.name, revision)
+        for pod in getattr(rev, "pods", ()) or ():
+            if pod.cpu_usage_cores is not None:
+                cpu[pod.name] = pod.cpu_usage_cores
+        for pod in self._mine(self.caches.pods):
+            meta = pod.get("metadata") or {}
+            if (meta.get("labels") or {}).get(obj.LABEL_REVISION) != revision:
+                continue
+            if obj.pod_terminating(pod):
+                continue
+            name = str(meta["name"])
+            cost = -1 if not obj.pod_ready(pod) else round(cpu.get(name, 0.0) * 1000)
+            if (meta.get("annotations") or {}).get(obj.DELETION_COST) == str(cost):
+                continue
+            try:
+                self.kube.merge_patch(
+                    PODS,
+                    self.namespace,
+                    name,
+                    {"metadata": {"annotations": {obj.DELETION_COST: str(cost)}}},
+                )
+                self.applied.writes += 1
+            except KubeError as exc:
+                if not exc.not_found:
+                    self.applied.errors.append(f"pod {name}: deletion cost: {exc}")
+
+    # -- state and status
+
+    def load_state(self) -> Any:
+        if self.memory.state is not None:
+            return self.memory.state
+        saved = self._loop_doc.get("state")
+        if not saved:
+            return None
+        try:
+            self.memory.state = state_codec.from_dict(saved)
+        except state_codec.StateError as exc:
+            self.applied.errors.append(f"status.loop.state: {exc}; starting afresh")
+            return None
+        return self.memory.state
+
+    def save_state(self, state: Any) -> None:
+        self.memory.state = state
+
+    def load_status(self) -> models.ModelServiceStatus | None:
+        status = self.doc.get("status")
+        if not status:
+            return None
+        try:
+            return models.ModelServiceStatus.model_validate(status)
+        except ValueError:
+            return None
+
+    def _loop(self) -> Doc:
+        state = self.memory.state
+        doc: Doc = {}
+        if isinstance(state, LoopState):
+            doc["state"] = state_codec.to_dict(state)
+        if self.memory.command is not None or self._loop_doc.get("command"):
+            doc["command"] = self.memory.command or self._loop_doc.get("command")
+        start = self.memory.start_version
+        if start is None and isinstance(self._loop_doc.get("startVersion"), int):
+            start = self._loop_doc["startVersion"]
+        if start is not None:
+            doc["startVersion"] = start
+        header = self.memory.header
+        if header is not None:
+            doc["header"] = header
+        return doc
+
+    def write_status(self, status: models.ModelServiceStatus) -> None:
+        generation = (self.doc.get("metadata") or {}).get("generation")
+        body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if generation is not None:
+            body["observedGeneration"] = int(generation)
+        # The policy's history changes every cycle; it is saved with the loop state (at
+        # checkpoints), not in the status users read, so a quiet cycle writes nothing.
+        if isinstance(body.get("autoscaling"), dict):
+            body["autoscaling"].pop("policyState", None)
+        live = dict(self.doc.get("status") or {})
+        old_loop = live.pop("loop", None) or {}
+        body.pop("loop", None)
+        wall = self._wall()
+        due = (
+            self.memory.force_checkpoint
+            or wall - self.memory.saved_at >= self.checkpoint_s
+            or not old_loop
+        )
+        changed = body != live
+        if changed or due:
+            body["loop"] = self._loop()
+        else:
+            return
+        if not changed and body["loop"] == old_loop:
+            self.memory.saved_at = wall
+            return
+        out = self._put(
+            self.caches.modelservices,
+            {
+                "apiVersion": MODELSERVICES.api_version,
+                "kind": MODELSERVICES.kind,
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "status": body,
+            },
+            sub="status",
+        )
+        if out is not None:
+            self.memory.saved_at = wall
+            self.memory.force_checkpoint = False
+
+    def emit(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self.event(str(event.type), str(event.reason), event.message, event.time)
+
+    def event(self, type_: str, reason: str, message: str, when: float | None = None) -> None:
+        when = when if when is not None and math.isfinite(when) else self._wall()
+        stamp = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = self.doc.get("metadata") or {}
+        body = {
+            "metadata": {
+                "name": f"{self.name}.{uuid.uuid4().hex[:16]}",
+                "namespace": self.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": MODELSERVICES.api_version,
+                "kind": MODELSERVICES.kind,
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "servectl-controller"},
+            "reportingComponent": "servectl.io/controller",
+            "reportingInstance": "servectl-controller",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.kube.create(EVENTS, self.namespace, body)
+            self.applied.writes += 1
+        except KubeError as exc:
+            self.applied.errors.append(f"event {reason}: {exc}")
+
+
+def _all_checks(rollout: models.RolloutSpec) -> list[models.AnalysisCheck]:
+    checks = list(rollout.analysis.checks) if rollout.analysis is not None else []
+    for step in rollout.steps:
+        if step.analysis is not None and step.analysis.checks:
+            checks.extend(step.analysis.checks)
+    return checks
+
+
+def parse(doc: Mapping[str, Any]) -> models.ModelService:
+    """The ModelService servectl reads from a live object (status and server fields aside)."""
+    meta = doc.get("metadata") or {}
+    return models.ModelService.model_validate(
+        {
+            "apiVersion": doc.get("apiVersion", MODELSERVICES.api_version),
+            "kind": "ModelService",
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace") or "default",
+                "labels": meta.get("labels") or {},
+                "annotations": meta.get("annotations") or {},
+            },
+            "spec": doc.get("spec") or {},
+        }
+    )

@@ -1,0 +1,512 @@
+"""The objects servectl runs a ModelService with, as plain Kubernetes documents (pure).
+
+Per revision (``<service>-v<version>``):
+
+- a **ConfigMap** ``<revision>-config``: TF Serving's model config serving exactly that
+  version (``model_version_policy { specific { versions: N } }``), its monitoring config
+  (Prometheus metrics on at ``/monitoring/prometheus/metrics``) and, when asked, the
+  batching parameters;
+- a **Deployment** ``<revision>`` running TF Serving (``spec.runtime.image``): the model
+  fetched from ``basePath`` by an init container for ``s3://`` and ``gs://``, mounted from a
+  PersistentVolumeClaim for ``pvc://<claim>/<path>``, or read in place for a plain path;
+  requests (and a GPU limit), a readiness probe that passes only once the version is
+  AVAILABLE (the metadata endpoint answers only for a loaded servable), a ``preStop``
+  sleep of ``drainSeconds`` (TF Serving stops at SIGTERM without draining) and a grace
+  period to match;
+- a **Service** ``<revision>``: the revision's pods, gRPC 8500 and REST 8501.
+
+Per service: a Service ``<service>`` over every revision's pods (the replica-ratio
+fallback when no Gateway API implementation runs), and with the ``gateway`` traffic
+provider an **HTTPRoute** ``<service>`` and a **GRPCRoute** ``<service>-grpc`` whose
+backend weights are the plan's and whose first rule sends the A/B (or blue/green preview)
+match to the header revision.
+
+Everything carries servectl's labels and an owner reference to the ModelService, and a
+``servectl.io/applied`` annotation: a hash of the document as built, so the controller
+re-applies only what changed (the scale bench counts zero writes on a quiet cycle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servectl.api import models
+
+Doc = dict[str, Any]
+
+GROUP = "servectl.io"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_SERVICE = "servectl.io/service"
+LABEL_REVISION = "servectl.io/revision"
+LABEL_VERSION = "servectl.io/version"
+APPLIED = "servectl.io/applied"
+WEIGHT = "servectl.io/weight"
+COMMAND = "servectl.io/rollout-command"
+"""Annotation by which the CLI asks for a rollout operation (JSON: op, version, id)."""
+FINALIZER = "servectl.io/cleanup"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+GRPC_PORT = 8500
+REST_PORT = 8501
+MODELS_DIR = "/models"
+CONFIG_DIR = "/etc/servectl"
+FETCH_IMAGES = {
+    "s3": "amazon/aws-cli:2.22.35",
+    "gs": "google/cloud-sdk:502.0.0-slim",
+}
+"""Images of the init container that copies one version from object storage."""
+GRACE_EXTRA_S = 30
+"""Grace period beyond ``drainSeconds``: TF Serving's own shutdown after the drain."""
+
+
+class TrafficProvider:
+    GATEWAY = "gateway"
+    SERVICE = "service"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the controller builds objects (its command-line flags)."""
+
+    traffic: str = TrafficProvider.GATEWAY
+    gateway: tuple[str, str] | None = None  # (namespace or "", name) of the parent Gateway
+
+
+def labels(service: str, revision: str | None = None, version: int | None = None) -> dict[str, str]:
+    out = {MANAGED_BY: "servectl", LABEL_SERVICE: service}
+    if revision is not None:
+        out[LABEL_REVISION] = revision
+    if version is not None:
+        out[LABEL_VERSION] = str(version)
+    return out
+
+
+def owner_reference(ms: Mapping[str, Any]) -> Doc:
+    meta = ms["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "ModelService",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def digest(doc: Mapping[str, Any]) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _stamp(doc: Doc) -> Doc:
+    """Put the document's own hash in ``servectl.io/applied`` (computed without it)."""
+    doc["metadata"].setdefault("annotations", {})[APPLIED] = digest(doc)
+    return doc
+
+
+def applied_hash(doc: Mapping[str, Any] | None) -> str | None:
+    if doc is None:
+        return None
+    annotations = (doc.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(APPLIED)
+    return str(value) if value is not None else None
+
+
+def _meta(ms: Mapping[str, Any], name: str, lbl: Mapping[str, str]) -> Doc:
+    return {
+        "name": name,
+        "namespace": ms["metadata"]["namespace"],
+        "labels": dict(lbl),
+        "ownerReferences": [owner_reference(ms)],
+    }
+
+
+# ------------------------------------------------------------------------ model location
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    scheme: str  # "s3", "gs", "pvc" or "path"
+    location: str  # bucket/prefix, claim, or the path
+    sub_path: str = ""  # pvc: the directory inside the claim
+
+
+_PVC = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/.*)?$")
+
+
+def model_source(base_path: str) -> ModelSource:
+    """Where ``spec.model.basePath`` points; raises ValueError naming the field."""
+    if base_path.startswith(("s3://", "gs://")):
+        scheme, rest = base_path.split("://", 1)
+        if not rest.strip("/"):
+            raise ValueError(f"spec.model.basePath: {base_path} names no bucket")
+        return ModelSource(scheme, rest.rstrip("/"))
+    if base_path.startswith("pvc://"):
+        match = _PVC.match(base_path)
+        if match is None:
+            raise ValueError(
+                f"spec.model.basePath: {base_path} is not pvc://<claim>/<path> "
+                "(a claim name is a DNS-1123 label)"
+            )
+        return ModelSource("pvc", match.group(1), (match.group(3) or "").strip("/"))
+    if base_path.startswith("/"):
+        return ModelSource("path", base_path.rstrip("/") or "/")
+    raise ValueError(
+        f"spec.model.basePath: {base_path!r} cannot be read in a cluster: use s3://, gs://, "
+        "pvc://<claim>/<path>, or an absolute path the image holds"
+    )
+
+
+# ------------------------------------------------------------------------ per revision
+
+
+def revision_config(
+    ms: Mapping[str, Any], spec: models.ModelServiceSpec, revision: str, version: int
+) -> Doc:
+    model = spec.model
+    source = model_source(model.base_path)
+    base = MODELS_DIR + "/" + model.name if source.scheme != "path" else source.location
+    models_config = (
+        "model_config_list {\n"
+        "  config {\n"
+        f'    name: "{model.name}"\n'
+        f'    base_path: "{base}"\n'
+        '    model_platform: "tensorflow"\n'
+        f"    model_version_policy {{ specific {{ versions: {version} }} }}\n"
+        "  }\n"
+        "}\n"
+    )
+    data = {
+        "models.config": models_config,
+        "monitoring.config": (
+            'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'
+        ),
+    }
+    batching = spec.runtime.batching
+    if batching is not None:
+        data["batching.config"] = (
+            f"max_batch_size {{ value: {batching.max_batch_size} }}\n"
+            f"batch_timeout_micros {{ value: {batching.batch_timeout_micros} }}\n"
+        )
+    name = ms["metadata"]["name"]
+    return _stamp(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(ms, f"{revision}-config", labels(name, revision, version)),
+            "data": data,
+        }
+    )
+
+
+def _fetch_container(spec: models.ModelServiceSpec, version: int, source: ModelSource) -> Doc:
+    target = f"{MODELS_DIR}/{spec.model.name}/{version}"
+    url = f"{source.scheme}://{source.location}/{version}"
+    if source.scheme == "s3":
+        command = ["aws", "s3", "cp", "--recursive", "--only-show-errors", url, target]
+    else:
+        command = ["gsutil", "-m", "-q", "cp", "-r", url + "/*", target + "/"]
+        command = ["sh", "-c", f'mkdir -p "{target}" && ' + " ".join(command)]
+    return {
+        "name": "fetch-model",
+        "image": FETCH_IMAGES[source.scheme],
+        "command": command,
+        "volumeMounts": [{"name": "models", "mountPath": MODELS_DIR}],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+
+
+def deployment(
+    ms: Mapping[str, Any],
+    spec: models.ModelServiceSpec,
+    revision: str,
+    version: int,
+    replicas: int,
+    *,
+    weight: int = 0,
+) -> Doc:
+    name = ms["metadata"]["name"]
+    source = model_source(spec.model.base_path)
+    resources = spec.runtime.resources
+    requests: dict[str, str] = {"cpu": str(resources.cpu), "memory": str(resources.memory)}
+    limits: dict[str, str] = {"memory": str(resources.memory)}
+    if resources.gpu:
+        requests["nvidia.com/gpu"] = str(resources.gpu)
+        limits["nvidia.com/gpu"] = str(resources.gpu)
+    drain = spec.rollout.drain_seconds if spec.rollout is not None else 30
+    args = [
+        f"--port={GRPC_PORT}",
+        f"--rest_api_port={REST_PORT}",
+        f"--model_config_file={CONFIG_DIR}/models.config",
+        f"--monitoring_config_file={CONFIG_DIR}/monitoring.config",
+        "--file_system_poll_wait_seconds=0",
+    ]
+    if spec.runtime.batching is not None:
+        args += ["--enable_batching", f"--batching_parameters_file={CONFIG_DIR}/batching.config"]
+    mounts: list[Doc] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    volumes: list[Doc] = [{"name": "config", "configMap": {"name": f"{revision}-config"}}]
+    init: list[Doc] = []
+    if source.scheme in ("s3", "gs"):
+        volumes.append({"name": "models", "emptyDir": {}})
+        mounts.append({"name": "models", "mountPath": MODELS_DIR, "readOnly": True})
+        init.append(_fetch_container(spec, version, source))
+    elif source.scheme == "pvc":
+        volumes.append(
+            {
+                "name": "models",
+                "persistentVolumeClaim": {"claimName": source.location, "readOnly": True},
+            }
+        )
+        mount: Doc = {
+            "name": "models",
+            "mountPath": f"{MODELS_DIR}/{spec.model.name}",
+            "readOnly": True,
+        }
+        if source.sub_path:
+            mount["subPath"] = source.sub_path
+        mounts.append(mount)
+    lbl = labels(name, revision, version)
+    container: Doc = {
+        "name": "tfserving",
+        "image": spec.runtime.image,
+        "args": args,
+        "ports": [
+            {"name": "tfs-grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "tfs-rest", "containerPort": REST_PORT, "protocol": "TCP"},
+        ],
+        "resources": {"requests": requests, "limits": limits},
+        "readinessProbe": {
+            "httpGet": {
+                "path": f"/v1/models/{spec.model.name}/versions/{version}/metadata",
+                "port": "tfs-rest",
+            },
+            "periodSeconds": 2,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "tcpSocket": {"port": "tfs-grpc"},
+            "initialDelaySeconds": 30,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "lifecycle": {"preStop": {"sleep": {"seconds": drain}}} if drain > 0 else {},
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if not container["lifecycle"]:
+        del container["lifecycle"]
+    pod_spec: Doc = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": drain + GRACE_EXTRA_S,
+    }
+    if init:
+        pod_spec["initContainers"] = init
+    doc: Doc = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ms, revision, lbl) | {"annotations": {WEIGHT: str(weight)}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {LABEL_SERVICE: name, LABEL_REVISION: revision}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": lbl,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(REST_PORT),
+                        "prometheus.io/path": "/monitoring/prometheus/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    # The replica count and weight move every few cycles; the hash covers the rest, so a
+    # changed count is a small apply and a changed template a full one.
+    stamped = {**doc, "spec": {**doc["spec"], "replicas": 0}}
+    stamped["metadata"] = {**doc["metadata"], "annotations": {}}
+    doc["metadata"]["annotations"][APPLIED] = digest(stamped)
+    return doc
+
+
+def revision_service(ms: Mapping[str, Any], revision: str, version: int) -> Doc:
+    name = ms["metadata"]["name"]
+    return _stamp(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(ms, revision, labels(name, revision, version)),
+            "spec": {
+                "selector": {LABEL_SERVICE: name, LABEL_REVISION: revision},
+                "ports": _service_ports(),
+            },
+        }
+    )
+
+
+def front_service(ms: Mapping[str, Any]) -> Doc:
+    name = ms["metadata"]["name"]
+    return _stamp(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(ms, name, labels(name)),
+            "spec": {"selector": {LABEL_SERVICE: name}, "ports": _service_ports()},
+        }
+    )
+
+
+def _service_ports() -> list[Doc]:
+    return [
+        {
+            "name": "grpc",
+            "port": GRPC_PORT,
+            "targetPort": "tfs-grpc",
+            "protocol": "TCP",
+            "appProtocol": "kubernetes.io/h2c",
+        },
+        {"name": "http", "port": REST_PORT, "targetPort": "tfs-rest", "protocol": "TCP"},
+    ]
+
+
+# ------------------------------------------------------------------------ routes
+
+
+@dataclass(frozen=True)
+class Match:
+    """The A/B or preview match: a header, or a cookie (a regex on the Cookie header)."""
+
+    kind: str  # "header" | "cookie"
+    name: str
+    value: str
+
+
+def match_of(spec: models.ModelServiceSpec) -> Match | None:
+    rollout = spec.rollout
+    if rollout is None:
+        return None
+    header: models.HeaderMatch | None = None
+    cookie: models.CookieMatch | None = None
+    if rollout.ab_test is not None:
+        header, cookie = rollout.ab_test.match.header, rollout.ab_test.match.cookie
+    elif rollout.blue_green is not None:
+        header = rollout.blue_green.preview_header
+    if header is not None:
+        return Match("header", header.name, header.value)
+    if cookie is not None:
+        return Match("cookie", cookie.name, cookie.value)
+    return None
+
+
+def _header_match(match: Match, grpc: bool) -> Doc:
+    if match.kind == "header":
+        return {"type": "Exact", "name": match.name, "value": match.value}
+    pattern = f"(^|;\\s*){re.escape(match.name)}={re.escape(match.value)}(;|$)"
+    if grpc:
+        return {"type": "RegularExpression", "name": "cookie", "value": pattern}
+    return {"type": "RegularExpression", "name": "Cookie", "value": pattern}
+
+
+def route(
+    ms: Mapping[str, Any],
+    weights: Sequence[tuple[str, int]],
+    *,
+    header_revision: str | None,
+    match: Match | None,
+    options: Options,
+    grpc: bool = False,
+) -> Doc:
+    """The HTTPRoute (or GRPCRoute) of the service: ``weights`` per revision Service."""
+    name = ms["metadata"]["name"]
+    port = GRPC_PORT if grpc else REST_PORT
+    rules: list[Doc] = []
+    if header_revision is not None and match is not None:
+        rules.append(
+            {
+                "matches": [{"headers": [_header_match(match, grpc)]}],
+                "backendRefs": [{"name": header_revision, "port": port, "weight": 1}],
+            }
+        )
+    rules.append(
+        {"backendRefs": [{"name": rev, "port": port, "weight": int(w)} for rev, w in weights]}
+    )
+    spec: Doc = {"rules": rules}
+    if options.gateway is not None:
+        ns, gw = options.gateway
+        ref: Doc = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}
+        if ns:
+            ref["namespace"] = ns
+        spec["parentRefs"] = [ref]
+    return _stamp(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "GRPCRoute" if grpc else "HTTPRoute",
+            "metadata": _meta(ms, f"{name}-grpc" if grpc else name, labels(name)),
+            "spec": spec,
+        }
+    )
+
+
+def route_weights(doc: Mapping[str, Any] | None) -> tuple[dict[str, int], str | None]:
+    """What a live route applies: percent per revision of the unmatched traffic, and the
+    revision its header rule sends to (None: no header rule)."""
+    if doc is None:
+        return {}, None
+    rules = (doc.get("spec") or {}).get("rules") or []
+    header: str | None = None
+    weights: dict[str, int] = {}
+    for rule in rules:
+        refs = rule.get("backendRefs") or []
+        # The API server defaults a rule's matches to the path prefix "/": the header
+        # rule is the one that matches on headers.
+        if any(m.get("headers") for m in rule.get("matches") or []):
+            if refs:
+                header = str(refs[0].get("name"))
+            continue
+        total = sum(int(r.get("weight", 1)) for r in refs)
+        for r in refs:
+            w = int(r.get("weight", 1))
+            weights[str(r.get("name"))] = round(100 * w / total) if total else 0
+    return weights, header
+
+
+# ------------------------------------------------------------------------ pods
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def pod_ready_since(pod: Mapping[str, Any]) -> str | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            value = c.get("lastTransitionTime")
+            return str(value) if value else None
+    return None
+
+
+def pod_terminating(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

@@ -1,0 +1,588 @@
+"""The Kubernetes controller against the real control plane (kube-apiserver, controller
+manager, scheduler, kwok's fake kubelets): what a ModelService creates, canaries moving
+with pods becoming Ready, promotion keeping the size, idempotence, conflicts, deletion,
+restarts, leader election and validation."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes.controller import Controller, ControllerConfig
+from servectl.backends.kubernetes.kube import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    GRPCROUTES,
+    HTTPROUTES,
+    LEASES,
+    MODELSERVICES,
+    PODS,
+    SERVICES,
+    Kube,
+    KubeError,
+    load_api_client,
+)
+from servectl.backends.kubernetes.leader import LeaseConfig
+from servectl.metrics.config import MetricsConfig
+from servectl.metrics.server import PrometheusServer
+from servectl.testing.exporters import Pod, Scenario
+from servectl.testing.k8s import ControlPlane, wait_for
+
+METRICS = MetricsConfig(rateWindow="10s", timeoutSeconds=5, staleAfterSeconds=30)
+HEALTHY = {"cpu_cores": 0.4, "rps": 20.0, "latency_ms": 20.0}
+
+OWNED = (DEPLOYMENTS, SERVICES, CONFIGMAPS, HTTPROUTES, GRPCROUTES)
+
+
+def ms_doc(name: str, namespace: str, version: int = 1, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": name, "basePath": f"s3://models/{name}", "version": version},
+        "autoscaling": {"minReplicas": 2, "maxReplicas": 6},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "servectl.io/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }
+
+
+@dataclass
+class Running:
+    controller: Controller
+    thread: threading.Thread
+    kube: Kube
+    stopped: bool = False
+
+    def stop(self, release: bool = True) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        if not release and self.controller.elector is not None:
+            # A crash: the Lease is not given back (the elector forgets it led).
+            self.controller.elector._leader = False
+        self.controller.stop()
+        self.thread.join(timeout=30)
+
+
+class MetricsMirror:
+    """What a cluster's Prometheus would scrape from servectl's pods: every Running kwok
+    pod of the namespace gets a fake TF Serving (and cAdvisor, kube-state-metrics series)
+    in a live :class:`Scenario`, with the rates its revision is given, and a real
+    Prometheus scrapes them with the labels the cluster's scrape config adds."""
+
+    def __init__(self, kube: Kube, namespace: str, prometheus: PrometheusServer) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.prometheus = prometheus
+        self.scenario = Scenario()
+        self.scenario.start()
+        self.rates: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(KubeError):
+                self.sync()
+            self._stop.wait(0.5)
+
+    def sync(self) -> None:
+        pods = self.kube.list(PODS, self.namespace, label_selector=obj.LABEL_REVISION)["items"]
+        running = {
+            p["metadata"]["name"]: p
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Running" and not obj.pod_terminating(p)
+        }
+        have = {p.name for p in self.scenario.pods}
+        changed = False
+        for name in have - set(running):
+            self.scenario.remove_pod(name)
+            changed = True
+        for name, pod in running.items():
+            labels = pod["metadata"]["labels"]
+            revision = labels[obj.LABEL_REVISION]
+            rates = self.rates.get(revision, HEALTHY)
+            if name not in have:
+                self.scenario.add_pod(
+                    Pod(
+                        name,
+                        service=labels[obj.LABEL_SERVICE],
+                        revision=revision,
+                        namespace=self.namespace,
+                        model_name=labels[obj.LABEL_SERVICE],
+                        **rates,
+                    )
+                )
+                changed = True
+        if changed:
+            self.prometheus.set_targets(self.scenario.targets())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.scenario.close()
+
+
+@dataclass
+class Harness:
+    plane: ControlPlane
+    namespace: str
+    kube: Kube
+    running: list[Running] = field(default_factory=list)
+    mirror: MetricsMirror | None = None
+
+    def metrics(self, prometheus: PrometheusServer) -> MetricsMirror:
+        self.mirror = MetricsMirror(self.kube, self.namespace, prometheus)
+        return self.mirror
+
+    def controller(
+        self,
+        *,
+        traffic: str = obj.TrafficProvider.GATEWAY,
+        leader_elect: bool = False,
+        lease: LeaseConfig | None = None,
+        period_s: float = 0.3,
+        **config: Any,
+    ) -> Running:
+        kube = Kube(load_api_client(str(self.plane.kubeconfig)))
+        if self.mirror is not None:
+            config.setdefault("prometheus_url", self.mirror.prometheus.url)
+            config.setdefault("metrics", METRICS)
+        controller = Controller(
+            kube,
+            ControllerConfig(
+                namespaces=(self.namespace,),
+                period_s=period_s,
+                min_gap_s=0.1,
+                options=obj.Options(traffic=traffic, gateway=("", "public")),
+                leader_elect=leader_elect,
+                lease=lease,
+                **config,
+            ),
+        )
+        controller.start(sync_timeout_s=30)
+        thread = threading.Thread(target=controller.run, daemon=True)
+        thread.start()
+        running = Running(controller, thread, kube)
+        self.running.append(running)
+        return running
+
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.create(MODELSERVICES, self.namespace, doc)
+
+    def ms(self, name: str) -> dict[str, Any]:
+        return self.kube.get(MODELSERVICES, self.namespace, name)
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.kube.merge_patch(MODELSERVICES, self.namespace, name, {"spec": spec})
+
+    def deployments(self) -> dict[str, dict[str, Any]]:
+        items = self.kube.list(DEPLOYMENTS, self.namespace)["items"]
+        return {d["metadata"]["name"]: d for d in items}
+
+    def route(self, name: str) -> dict[str, Any]:
+        return self.kube.get(HTTPROUTES, self.namespace, name)
+
+    def weights(self, name: str) -> dict[str, int]:
+        return obj.route_weights(self.route(name))[0]
+
+    def owned(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> resourceVersion of everything servectl made here."""
+        out = {}
+        for res in OWNED:
+            for item in self.kube.list(
+                res, self.namespace, label_selector=f"{obj.MANAGED_BY}=servectl"
+            )["items"]:
+                out[(res.kind, item["metadata"]["name"])] = item["metadata"]["resourceVersion"]
+        return out
+
+    def rollout(self, name: str) -> dict[str, Any]:
+        return (self.ms(name).get("status") or {}).get("rollout") or {}
+
+    def ready_pods(self, revision: str) -> int:
+        pods = self.kube.list(
+            PODS, self.namespace, label_selector=f"{obj.LABEL_REVISION}={revision}"
+        )["items"]
+        return sum(1 for p in pods if obj.pod_ready(p))
+
+
+@pytest.fixture
+def harness(control_plane: ControlPlane, namespace: str) -> Iterator[Harness]:
+    h = Harness(control_plane, namespace, Kube(load_api_client(str(control_plane.kubeconfig))))
+    try:
+        yield h
+    finally:
+        for running in h.running:
+            running.stop()
+        if h.mirror is not None:
+            h.mirror.close()
+
+
+def eventually(check: Callable[[], Any], what: str, timeout_s: float = 45.0) -> Any:
+    return wait_for(check, timeout_s=timeout_s, what=what, interval_s=0.2)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_modelservice_creates_its_objects_owned_and_labelled(harness: Harness) -> None:
+    harness.controller()
+    created = harness.create(ms_doc("hpt", harness.namespace))
+    uid = created["metadata"]["uid"]
+    eventually(lambda: harness.ready_pods("hpt-v1") == 2 or None, "two ready hpt-v1 pods")
+    deps = harness.deployments()
+    assert set(deps) == {"hpt-v1"}
+    dep = deps["hpt-v1"]
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"].startswith("tensorflow/serving:")
+    assert "--model_config_file=/etc/servectl/models.config" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/hpt/versions/1/metadata"
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 30
+    assert pod["terminationGracePeriodSeconds"] == 60
+    assert pod["initContainers"][0]["name"] == "fetch-model"  # s3:// is fetched
+    config = harness.kube.get(CONFIGMAPS, harness.namespace, "hpt-v1-config")
+    assert "specific { versions: 1 }" in config["data"]["models.config"]
+    assert "prometheus_config" in config["data"]["monitoring.config"]
+    for res, name in (
+        (DEPLOYMENTS, "hpt-v1"),
+        (SERVICES, "hpt-v1"),
+        (SERVICES, "hpt"),
+        (CONFIGMAPS, "hpt-v1-config"),
+        (HTTPROUTES, "hpt"),
+        (GRPCROUTES, "hpt-grpc"),
+    ):
+        item = harness.kube.get(res, harness.namespace, name)
+        owner = item["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("ModelService", uid, True)
+        assert item["metadata"]["labels"][obj.MANAGED_BY] == "servectl"
+    route = harness.route("hpt")
+    assert route["spec"]["parentRefs"][0]["name"] == "public"
+    assert harness.weights("hpt") == {"hpt-v1": 100}
+
+    def ready_status() -> dict[str, Any] | None:
+        status = harness.ms("hpt").get("status") or {}
+        revs = status.get("revisions") or []
+        return status if revs and revs[0].get("readyReplicas") == 2 else None
+
+    status = eventually(ready_status, "status with 2 ready replicas")
+    assert obj.FINALIZER in harness.ms("hpt")["metadata"]["finalizers"]
+    assert status["observedGeneration"] == 1
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert status["loop"]["state"]["format"] == 1  # what a restarted controller resumes from
+
+
+CANARY = {
+    "strategy": "canary",
+    "steps": [{"setWeight": 25}, {"pause": {"seconds": 2}}, {"setWeight": 50}, {"setWeight": 100}],
+    "drainSeconds": 1,
+}
+
+
+def test_canary_moves_as_pods_become_ready_and_promotion_keeps_the_size(
+    harness: Harness, prometheus: PrometheusServer
+) -> None:
+    harness.metrics(prometheus)
+    harness.controller()
+    harness.create(ms_doc("cn", harness.namespace, rollout=CANARY))
+    eventually(lambda: harness.ready_pods("cn-v1") == 2 or None, "stable ready")
+    seen: list[dict[str, int]] = []
+    stop = threading.Event()
+
+    def watch_weights() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(KubeError):
+                w = harness.weights("cn")
+                if not seen or seen[-1] != w:
+                    seen.append(w)
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch_weights, daemon=True)
+    watcher.start()
+    try:
+        harness.patch_spec("cn", {"model": {"version": 2}})
+        eventually(lambda: "cn-v2" in harness.deployments() or None, "canary Deployment")
+
+        def completed() -> bool | None:
+            return harness.rollout("cn").get("phase") == "Completed" or None
+
+        eventually(completed, "the rollout to complete", timeout_s=60)
+        eventually(lambda: set(harness.deployments()) == {"cn-v2"} or None, "v1 retired")
+    finally:
+        stop.set()
+        watcher.join()
+    canary_weights = [w.get("cn-v2", 0) for w in seen]
+    # Scale first, then shift: the weights went up step by step, never down.
+    assert canary_weights == sorted(canary_weights)
+    assert {25, 50, 100} <= set(canary_weights)
+    # Every weight step happened with the canary's pods ready (kwok readies them after
+    # a delay; a step taken before would show the canary at weight with no pods).
+    deps = harness.deployments()
+    assert deps["cn-v2"]["spec"]["replicas"] == 2  # promotion keeps the size, not minReplicas
+    assert harness.weights("cn") == {"cn-v2": 100}
+    assert not harness.kube.list(
+        CONFIGMAPS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cn-v1"
+    )["items"]
+
+
+def test_a_canary_failing_its_analysis_is_rolled_back_without_a_dip_in_stable(
+    harness: Harness, prometheus: PrometheusServer
+) -> None:
+    mirror = harness.metrics(prometheus)
+    mirror.rates["ab-v2"] = {**HEALTHY, "error_share": 0.2}
+    harness.controller()
+    rollout = {
+        "strategy": "canary",
+        "steps": [{"setWeight": 25}, {"analysis": {}}, {"setWeight": 100}],
+        "analysis": {
+            "interval": "3s",
+            "minSamples": 10,
+            "checks": [{"metric": "errorRate", "max": 0.05}],
+        },
+        "drainSeconds": 1,
+    }
+    harness.create(ms_doc("ab", harness.namespace, rollout=rollout))
+    eventually(lambda: harness.ready_pods("ab-v1") == 2 or None, "stable ready")
+    harness.patch_spec("ab", {"model": {"version": 2}})
+    eventually(lambda: harness.weights("ab").get("ab-v2") == 25 or None, "canary at 25 %")
+    low = min(2, harness.deployments()["ab-v1"]["spec"]["replicas"])
+    eventually(
+        lambda: harness.rollout("ab").get("phase") == "Aborted" or None, "aborted", timeout_s=90
+    )
+    verdicts = harness.rollout("ab").get("verdicts") or []
+    assert any(v["verdict"] == "Failed" and "errorRate" in v["message"] for v in verdicts)
+    eventually(lambda: set(harness.deployments()) == {"ab-v1"} or None, "canary removed")
+    assert harness.weights("ab") == {"ab-v1": 100}
+    assert harness.deployments()["ab-v1"]["spec"]["replicas"] >= low  # no dip in stable
+    events = harness.kube.request(
+        "GET",
+        f"/api/v1/namespaces/{harness.namespace}/events",
+        query={"fieldSelector": "involvedObject.name=ab"},
+    )["items"]
+    assert any(e["reason"] == "RolloutPhaseChanged" for e in events)
+
+
+def test_a_canary_that_never_gets_ready_is_held_and_can_be_aborted_by_the_cli_annotation(
+    harness: Harness, prometheus: PrometheusServer
+) -> None:
+    harness.metrics(prometheus)
+    harness.controller()
+    harness.create(
+        ms_doc("bad", harness.namespace, rollout={**CANARY, "progressDeadlineSeconds": 3})
+    )
+    eventually(lambda: harness.ready_pods("bad-v1") == 2 or None, "stable ready")
+    harness.patch_spec("bad", {"model": {"version": 2}})
+    eventually(lambda: "bad-v2" in harness.deployments() or None, "canary Deployment")
+    # The canary's pods crash (kwok keeps them not Ready); another writer (a test) adds
+    # the annotation to the pod template; servectl's server-side apply leaves it alone.
+    harness.kube.merge_patch(
+        DEPLOYMENTS,
+        harness.namespace,
+        "bad-v2",
+        {"spec": {"template": {"metadata": {"annotations": {"kwok.servectl.io/fail": "true"}}}}},
+    )
+    eventually(
+        lambda: harness.rollout("bad").get("phase") == "Degraded" or None,
+        "Degraded after the progress deadline",
+    )
+    assert harness.weights("bad").get("bad-v2", 0) == 0  # no traffic to a revision with no capacity
+    harness.kube.merge_patch(
+        MODELSERVICES,
+        harness.namespace,
+        "bad",
+        {"metadata": {"annotations": {obj.COMMAND: json.dumps({"op": "abort", "id": "a1"})}}},
+    )
+    eventually(lambda: harness.rollout("bad").get("phase") == "Aborted" or None, "aborted")
+    eventually(lambda: set(harness.deployments()) == {"bad-v1"} or None, "canary removed")
+    assert harness.weights("bad") == {"bad-v1": 100}
+    assert harness.deployments()["bad-v1"]["spec"]["replicas"] == 2  # no dip in stable
+    assert harness.ms("bad")["status"]["loop"]["command"] == "a1"
+
+
+def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
+    running = harness.controller()
+    harness.create(ms_doc("idem", harness.namespace))
+
+    def settled() -> dict[tuple[str, str], str] | None:
+        status = harness.ms("idem").get("status") or {}
+        revs = status.get("revisions") or []
+        return harness.owned() if revs and revs[0].get("readyReplicas") == 2 else None
+
+    eventually(settled, "settled")
+    before = harness.owned()
+    ms_rv = harness.ms("idem")["metadata"]["resourceVersion"]
+    writes = running.kube.writes()
+    cycles = running.controller.metrics.reconciles.labels("ok")._value.get()
+    wait_for(
+        lambda: (
+            running.controller.metrics.reconciles.labels("ok")._value.get()
+            >= cycles + 8
+            or None
+        ),
+        timeout_s=20,
+        what="8 more cycles",
+    )
+    assert running.kube.writes() == writes, running.kube.counts
+    assert harness.owned() == before
+    assert harness.ms("idem")["metadata"]["resourceVersion"] == ms_rv
+
+
+def test_another_writer_is_neither_lost_nor_allowed_to_take_servectls_fields(
+    harness: Harness,
+) -> None:
+    harness.controller(resync_s=1.0)
+    harness.create(ms_doc("cw", harness.namespace))
+    eventually(lambda: harness.ready_pods("cw-v1") == 2 or None, "ready")
+    other = Kube(harness.kube.api, field_manager="someone-else")
+    # A label of theirs, and our replica count changed under us.
+    other.merge_patch(
+        DEPLOYMENTS,
+        harness.namespace,
+        "cw-v1",
+        {"metadata": {"labels": {"team": "search"}}, "spec": {"replicas": 5}},
+    )
+
+    def restored() -> dict[str, Any] | None:
+        dep = harness.deployments()["cw-v1"]
+        return dep if dep["spec"]["replicas"] == 2 else None
+
+    dep = eventually(restored, "servectl puts its replica count back", timeout_s=20)
+    assert dep["metadata"]["labels"]["team"] == "search"  # their update is kept
+
+
+def test_deleting_the_modelservice_leaves_nothing_behind(harness: Harness) -> None:
+    harness.controller()
+    harness.create(ms_doc("gone", harness.namespace, rollout=CANARY))
+    eventually(lambda: harness.ready_pods("gone-v1") == 2 or None, "ready")
+    assert harness.owned()
+    harness.kube.delete(MODELSERVICES, harness.namespace, "gone")
+
+    def all_gone() -> bool | None:
+        try:
+            harness.ms("gone")
+            return None
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+        return (not harness.owned()) or None
+
+    eventually(all_gone, "the ModelService and everything it owned gone")
+    pods = harness.kube.list(PODS, harness.namespace, label_selector=f"{obj.LABEL_SERVICE}=gone")[
+        "items"
+    ]
+    assert all(obj.pod_terminating(p) for p in pods)
+
+
+def test_a_controller_restarted_mid_rollout_resumes_from_status(
+    harness: Harness, prometheus: PrometheusServer
+) -> None:
+    harness.metrics(prometheus)
+    first = harness.controller()
+    rollout = {
+        "strategy": "canary",
+        "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
+        "drainSeconds": 1,
+    }
+    harness.create(ms_doc("rs", harness.namespace, rollout=rollout))
+    eventually(lambda: harness.ready_pods("rs-v1") == 2 or None, "ready")
+    harness.patch_spec("rs", {"model": {"version": 2}})
+    eventually(lambda: harness.weights("rs").get("rs-v2") == 30 or None, "canary at 30")
+    eventually(lambda: harness.rollout("rs").get("phase") == "Paused" or None, "paused")
+    first.stop(release=False)
+    before = harness.owned()
+    step = harness.rollout("rs")["step"]
+    second = harness.controller()
+    cycles = second.controller.metrics.reconciles.labels("ok")._value.get()
+    wait_for(
+        lambda: (
+            second.controller.metrics.reconciles.labels("ok")._value.get()
+            >= cycles + 5
+            or None
+        ),
+        timeout_s=20,
+        what="5 cycles of the new controller",
+    )
+    assert harness.rollout("rs")["step"] == step
+    assert harness.rollout("rs")["phase"] == "Paused"
+    assert harness.weights("rs") == {"rs-v1": 70, "rs-v2": 30}
+    assert {k: v for k, v in harness.owned().items()} == before  # nothing rewritten
+    harness.kube.merge_patch(
+        MODELSERVICES,
+        harness.namespace,
+        "rs",
+        {"metadata": {"annotations": {obj.COMMAND: json.dumps({"op": "resume", "id": "r1"})}}},
+    )
+    eventually(lambda: harness.rollout("rs").get("phase") == "Completed" or None, "completed")
+
+
+def test_only_the_lease_holder_writes_and_the_other_takes_over(harness: Harness) -> None:
+    lease = {
+        "namespace": harness.namespace,
+        "name": "servectl",
+        "lease_duration_s": 3.0,
+        "renew_deadline_s": 2.0,
+        "retry_period_s": 0.3,
+    }
+    a = harness.controller(leader_elect=True, lease=LeaseConfig(identity="a", **lease))
+    eventually(lambda: a.controller.is_leader or None, "a leads")
+    b = harness.controller(leader_elect=True, lease=LeaseConfig(identity="b", **lease))
+    harness.create(ms_doc("le", harness.namespace))
+    eventually(lambda: harness.ready_pods("le-v1") == 2 or None, "ready")
+    assert not b.controller.is_leader
+    assert b.kube.writes() == 0, b.kube.counts  # the follower never wrote anything
+    held = harness.kube.get(LEASES, harness.namespace, "servectl")
+    assert held["spec"]["holderIdentity"] == "a"
+    a.stop(release=False)  # a dies without giving the Lease back
+    took = eventually(lambda: b.controller.is_leader or None, "b takes over", timeout_s=10)
+    assert took
+    harness.patch_spec("le", {"autoscaling": {"minReplicas": 3}})
+    eventually(lambda: harness.deployments()["le-v1"]["spec"]["replicas"] == 3 or None, "b acts")
+    assert harness.kube.get(LEASES, harness.namespace, "servectl")["spec"]["holderIdentity"] == "b"
+
+
+def test_the_api_server_rejects_a_spec_that_breaks_the_crd_with_a_readable_message(
+    harness: Harness,
+) -> None:
+    bad = ms_doc("v", harness.namespace)
+    bad["spec"]["autoscaling"] = {"minReplicas": 5, "maxReplicas": 2}
+    with pytest.raises(KubeError) as info:
+        harness.create(bad)
+    assert info.value.status == 422
+    assert "minReplicas" in info.value.message and "maxReplicas" in info.value.message
+    typo = ms_doc("t", harness.namespace)
+    typo["spec"]["autoscaling"] = {"minReplicas": "two"}
+    with pytest.raises(KubeError) as info:
+        harness.create(typo)
+    assert info.value.status == 422 and "spec.autoscaling.minReplicas" in info.value.message
+
+
+def test_a_spec_servectl_refuses_gets_ready_false_and_nothing_is_created(
+    harness: Harness,
+) -> None:
+    harness.controller()
+    doc = ms_doc("cel", harness.namespace)
+    doc["spec"]["autoscaling"]["policy"] = {"cel": "signals.cpu_utilization >"}
+    harness.create(doc)
+
+    def refused() -> dict[str, Any] | None:
+        status = harness.ms("cel").get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+        return ready if ready and ready["status"] == "False" else None
+
+    ready = eventually(refused, "Ready=False")
+    assert ready["reason"] == "InvalidSpec"
+    assert "spec.autoscaling.policy" in ready["message"]
+    assert harness.deployments() == {}
+    assert not harness.owned()

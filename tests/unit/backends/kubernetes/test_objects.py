@@ -1,0 +1,165 @@
+"""The documents a ModelService runs as (pure builders), without an API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from servectl.api import models
+from servectl.backends.kubernetes import objects as obj
+
+MS = {"metadata": {"name": "resnet", "namespace": "ml", "uid": "u-1"}}
+
+
+def spec(**over: Any) -> models.ModelServiceSpec:
+    doc: dict[str, Any] = {"model": {"name": "resnet", "basePath": "s3://b/resnet", "version": 3}}
+    doc.update(over)
+    return models.ModelServiceSpec.model_validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("base", "scheme", "location", "sub"),
+    [
+        ("s3://b/resnet/", "s3", "b/resnet", ""),
+        ("gs://b/x", "gs", "b/x", ""),
+        ("pvc://models/resnet/v", "pvc", "models", "resnet/v"),
+        ("pvc://models", "pvc", "models", ""),
+        ("/opt/models/resnet", "path", "/opt/models/resnet", ""),
+    ],
+)
+def test_model_source(base: str, scheme: str, location: str, sub: str) -> None:
+    assert obj.model_source(base) == obj.ModelSource(scheme, location, sub)
+
+
+@pytest.mark.parametrize("base", ["models/resnet", "s3://", "pvc://Bad_Claim/x", "http://x/y"])
+def test_model_source_refuses_what_a_pod_cannot_read_naming_the_field(base: str) -> None:
+    with pytest.raises(ValueError, match=r"spec\.model\.basePath"):
+        obj.model_source(base)
+
+
+def test_deployment_runs_tf_serving_with_that_version_only() -> None:
+    s = spec(
+        runtime={
+            "resources": {"cpu": "2", "memory": "4Gi", "gpu": 1},
+            "batching": {"maxBatchSize": 32, "batchTimeoutMicros": 2000},
+        },
+        rollout={"drainSeconds": 20},
+    )
+    dep = obj.deployment(MS, s, "resnet-v3", 3, 4, weight=10)
+    assert dep["spec"]["replicas"] == 4
+    assert dep["metadata"]["annotations"][obj.WEIGHT] == "10"
+    assert dep["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["resources"]["requests"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    assert "--enable_batching" in c["args"]
+    assert c["lifecycle"]["preStop"]["sleep"]["seconds"] == 20
+    assert pod["terminationGracePeriodSeconds"] == 20 + obj.GRACE_EXTRA_S
+    assert pod["initContainers"][0]["command"][:3] == ["aws", "s3", "cp"]
+    assert pod["initContainers"][0]["command"][-2:] == ["s3://b/resnet/3", "/models/resnet/3"]
+    assert dep["spec"]["template"]["metadata"]["labels"][obj.LABEL_VERSION] == "3"
+    config = obj.revision_config(MS, s, "resnet-v3", 3)
+    assert "specific { versions: 3 }" in config["data"]["models.config"]
+    assert 'base_path: "/models/resnet"' in config["data"]["models.config"]
+    assert "max_batch_size { value: 32 }" in config["data"]["batching.config"]
+
+
+def test_a_pvc_is_mounted_read_only_and_a_path_read_in_place() -> None:
+    dep = obj.deployment(
+        MS, spec(model={"name": "resnet", "basePath": "pvc://m/r", "version": 1}), "resnet-v1", 1, 1
+    )
+    pod = dep["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    claim = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert claim["persistentVolumeClaim"] == {"claimName": "m", "readOnly": True}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
+    assert mount["subPath"] == "r" and mount["readOnly"]
+    local = spec(model={"name": "resnet", "basePath": "/opt/m", "version": 1})
+    cfg = obj.revision_config(MS, local, "resnet-v1", 1)
+    assert 'base_path: "/opt/m"' in cfg["data"]["models.config"]
+
+
+def test_the_hash_ignores_replicas_and_weight_but_not_the_template() -> None:
+    s = spec()
+    a = obj.deployment(MS, s, "resnet-v3", 3, 2, weight=0)
+    b = obj.deployment(MS, s, "resnet-v3", 3, 7, weight=50)
+    c = obj.deployment(MS, spec(runtime={"image": "tensorflow/serving:2.18.0"}), "resnet-v3", 3, 2)
+    assert obj.applied_hash(a) == obj.applied_hash(b)
+    assert obj.applied_hash(a) != obj.applied_hash(c)
+    assert obj.applied_hash(obj.front_service(MS)) == obj.applied_hash(obj.front_service(MS))
+
+
+def test_routes_carry_weights_and_the_header_rule_first() -> None:
+    s = spec(
+        rollout={
+            "strategy": "abTest",
+            "abTest": {"match": {"header": {"name": "x-variant", "value": "b"}}},
+        }
+    )
+    match = obj.match_of(s)
+    assert match == obj.Match("header", "x-variant", "b")
+    r = obj.route(
+        MS,
+        [("resnet-v2", 100), ("resnet-v3", 0)],
+        header_revision="resnet-v3",
+        match=match,
+        options=obj.Options(gateway=("infra", "public")),
+    )
+    assert r["kind"] == "HTTPRoute"
+    assert r["spec"]["parentRefs"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "public",
+            "namespace": "infra",
+        }
+    ]
+    first = r["spec"]["rules"][0]
+    assert first["matches"][0]["headers"][0] == {"type": "Exact", "name": "x-variant", "value": "b"}
+    # As the API server returns it: every rule gets a default path match.
+    for rule in r["spec"]["rules"]:
+        rule.setdefault("matches", [{"path": {"type": "PathPrefix", "value": "/"}}])
+    assert obj.route_weights(r) == ({"resnet-v2": 100, "resnet-v3": 0}, "resnet-v3")
+    g = obj.route(
+        MS,
+        [("resnet-v2", 60), ("resnet-v3", 40)],
+        header_revision=None,
+        match=match,
+        options=obj.Options(),
+        grpc=True,
+    )
+    assert g["kind"] == "GRPCRoute" and g["metadata"]["name"] == "resnet-grpc"
+    assert "parentRefs" not in g["spec"]
+    assert obj.route_weights(g) == ({"resnet-v2": 60, "resnet-v3": 40}, None)
+    assert obj.route_weights(None) == ({}, None)
+
+
+def test_a_cookie_match_is_a_regex_on_the_cookie_header() -> None:
+    m = obj.Match("cookie", "variant", "b.1")
+    r = obj.route(MS, [("a", 100)], header_revision="b", match=m, options=obj.Options())
+    header = r["spec"]["rules"][0]["matches"][0]["headers"][0]
+    assert header["type"] == "RegularExpression" and header["name"] == "Cookie"
+    import re
+
+    assert re.search(header["value"], "a=1; variant=b.1; c=2")
+    assert not re.search(header["value"], "variant=bx1")
+
+
+def test_pod_readiness() -> None:
+    ready = {
+        "metadata": {},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            ],
+        },
+    }
+    assert obj.pod_ready(ready)
+    assert obj.pod_ready_since(ready) == "2026-01-01T00:00:00Z"
+    leaving = {**ready, "metadata": {"deletionTimestamp": "2026-01-01T00:00:01Z"}}
+    assert not obj.pod_ready(leaving) and obj.pod_terminating(leaving)
+    assert not obj.pod_ready({"metadata": {}, "status": {"phase": "Pending"}})
+    assert obj.pod_finished({"status": {"phase": "Failed"}})
