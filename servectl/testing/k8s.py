@@ -96,7 +96,7 @@ _HTTP_TIMEOUT_S = 2.0
 _STOP_GRACE_S = 10.0
 _START_ATTEMPTS = 3
 _LOG_TAIL_LINES = 40
-_SERVICE_CIDR = "10.0.0.0/24"
+_SERVICE_CIDR = "10.0.0.0/16"  # room for the scale bench: ~4 Services per ModelService
 _FIELD_MANAGER = "servectl-test"
 
 

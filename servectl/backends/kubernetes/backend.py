@@ -140,6 +140,7 @@ class KubeBackend:
         wall_clock: Callable[[], float],
         source: PrometheusSource | None = None,
         checkpoint_s: float = 60.0,
+        cpu_settle_s: float = CPU_SETTLE_S,
     ) -> None:
         self.kube = kube
         self.caches = caches
@@ -153,6 +154,7 @@ class KubeBackend:
         self._wall = wall_clock
         self.source = source
         self.checkpoint_s = checkpoint_s
+        self.cpu_settle_s = cpu_settle_s
         self.applied = Applied()
         self._loop_doc: Doc = dict(((doc.get("status") or {}).get("loop")) or {})
 
@@ -207,7 +209,7 @@ class KubeBackend:
                 str(p["metadata"]["name"])
                 for p in ready
                 if (since := _time(obj.pod_ready_since(p))) is not None
-                and wall - since >= CPU_SETTLE_S
+                and wall - since >= self.cpu_settle_s
             )
             states.append(
                 RevisionState(

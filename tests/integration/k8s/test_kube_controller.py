@@ -427,9 +427,7 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
     cycles = running.controller.metrics.reconciles.labels("ok")._value.get()
     wait_for(
         lambda: (
-            running.controller.metrics.reconciles.labels("ok")._value.get()
-            >= cycles + 8
-            or None
+            running.controller.metrics.reconciles.labels("ok")._value.get() >= cycles + 8 or None
         ),
         timeout_s=20,
         what="8 more cycles",
@@ -507,9 +505,7 @@ def test_a_controller_restarted_mid_rollout_resumes_from_status(
     cycles = second.controller.metrics.reconciles.labels("ok")._value.get()
     wait_for(
         lambda: (
-            second.controller.metrics.reconciles.labels("ok")._value.get()
-            >= cycles + 5
-            or None
+            second.controller.metrics.reconciles.labels("ok")._value.get() >= cycles + 5 or None
         ),
         timeout_s=20,
         what="5 cycles of the new controller",
