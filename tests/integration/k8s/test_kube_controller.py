@@ -66,6 +66,8 @@ class Running:
         if self.stopped:
             return
         self.stopped = True
+        if not release:
+            self.controller.flush_on_stop = False  # a crash saves nothing more
         if not release and self.controller.elector is not None:
             # A crash: the Lease is not given back (the elector forgets it led).
             self.controller.elector._leader = False
@@ -582,3 +584,45 @@ def test_a_spec_servectl_refuses_gets_ready_false_and_nothing_is_created(
     assert "spec.autoscaling.policy" in ready["message"]
     assert harness.deployments() == {}
     assert not harness.owned()
+
+
+def test_probes_and_the_controllers_own_metrics(harness: Harness) -> None:
+    import socket
+    import urllib.request
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    running = harness.controller()
+    probe, metrics = free(), free()
+    running.controller.serve(probe, metrics, host="127.0.0.1")
+    harness.create(ms_doc("mx", harness.namespace))
+    eventually(lambda: harness.ready_pods("mx-v1") == 2 or None, "ready")
+    eventually(lambda: (harness.ms("mx").get("status") or {}).get("revisions"), "status")
+
+    def get(port: int, path: str) -> tuple[int, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+
+    assert get(probe, "/healthz")[0] == 200
+    assert get(probe, "/readyz") == (200, "ok\n")
+    status, text = get(metrics, "/metrics")
+    assert status == 200
+    for name in (
+        "servectl_controller_reconciles_total",
+        "servectl_controller_reconcile_duration_seconds_bucket",
+        "servectl_controller_is_leader 1.0",
+        'servectl_revision_replicas{namespace="' + harness.namespace,
+        'servectl_revision_weight{namespace="' + harness.namespace,
+    ):
+        assert name in text, name
+    import re
+
+    applies = re.findall(
+        r'servectl_controller_api_requests_total\{code="20[01]",resource="deployments",'
+        r'verb="apply"\} ([0-9.]+)',
+        text,
+    )
+    assert applies and sum(float(n) for n in applies) >= 1
