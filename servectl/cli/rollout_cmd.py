@@ -14,8 +14,9 @@ from servectl.cli.console import Output, err, fail, out
 rollout_app = typer.Typer(
     help=(
         "Rollouts: start, watch, promote, abort, pause, resume, retry or undo a canary, A/B "
-        "or blue/green rollout on the local runtime; rehearse one in the simulator beside "
-        "Argo-style and Flagger-style controllers (rollout simulate)."
+        "or blue/green rollout on the local runtime or, with --context, a cluster; rehearse "
+        "one in the simulator beside Argo-style and Flagger-style controllers (rollout "
+        "simulate)."
     ),
     no_args_is_help=True,
 )

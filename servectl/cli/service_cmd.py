@@ -3,6 +3,12 @@
 
 They work on the local runtime's store (``--state-dir``); the controller applies a change
 at its next tick (1 s). Every write checks first and changes nothing on error.
+
+With ``--context`` (or ``--kubeconfig``, or ``$SERVECTL_CONTEXT``; see ``target``) the same
+verbs work on ModelService resources in a cluster through
+``servectl.backends.kubernetes.client.KubeClient``: they write the resource (server-side
+apply, merge patches of the rollout-command annotation and of the replica bounds) and read
+its status and Events; ``logs`` and ``top`` print the kubectl command to use instead.
 """
 
 from __future__ import annotations
@@ -15,12 +21,26 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from servectl.cli import console
+from servectl.cli import console, target
 from servectl.cli.console import Output, err, fail, out
 from servectl.cli.local_cmd import StateDirOption, _client, state_dir
+from servectl.cli.target import Cluster, ContextOption, KubeconfigOption
 
-NamespaceOption = Annotated[str, typer.Option("-n", "--namespace", help="The service's namespace.")]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "-n",
+        "--namespace",
+        help="The service's namespace (default: default; on a cluster, the context's).",
+        show_default=False,
+    ),
+]
 NameArg = Annotated[str, typer.Argument(help="The ModelService's name.")]
+KUBE_POLL_S = 2.0
+"""How often --watch and --follow read a cluster (the controller's cycle is 5 s)."""
+_LABEL_SERVICE = "servectl.io/service"
+"""The label every pod of a service carries in a cluster (objects.LABEL_SERVICE); kept
+here so that `logs` and `top` do not import the Kubernetes client to print a command."""
 
 
 def _age(seconds: float | None) -> str:
@@ -58,9 +78,12 @@ def deploy(
         ),
     ] = None,
     model_path: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--model-path", help="Directory of numbered versions (<dir>/<N>/saved_model.pb)."
+            "--model-path",
+            help="Directory of numbered versions (<dir>/<N>/saved_model.pb); on a cluster "
+            "s3://, gs://, pvc://<claim>/<path> or a path in the image.",
+            show_default=False,
         ),
     ] = None,
     model_name: Annotated[
@@ -68,7 +91,13 @@ def deploy(
         typer.Option("--model-name", help="TF Serving model name (default: the directory's name)."),
     ] = None,
     version: Annotated[
-        int | None, typer.Option("--version", min=0, help="Version to serve (default: the latest).")
+        int | None,
+        typer.Option(
+            "--version",
+            min=0,
+            help="Version to serve (default: the latest; required on a cluster).",
+            show_default=False,
+        ),
     ] = None,
     min_replicas: Annotated[int, typer.Option("--min", min=1, help="Fewest replicas.")] = 1,
     max_replicas: Annotated[int, typer.Option("--max", min=1, help="Most replicas.")] = 4,
@@ -81,8 +110,10 @@ def deploy(
         float | None,
         typer.Option("--latency-p99", min=1, help="Also scale to hold p99 under this many ms."),
     ] = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Deploy a model, or update one (a new version starts its rollout).
 
@@ -95,11 +126,16 @@ def deploy(
 
     The model path must hold the version (the latest when --version is omitted). The
     service answers TF Serving's REST and gRPC APIs on ports `servectl get` shows.
+
+    \b
+    On a cluster (--context): the ModelService is applied (server-side apply) and the
+    controller in the cluster acts on it; the version is required and not looked for:
+      servectl deploy -f service.yaml --context prod -n ml
     """
     from servectl import specfile
     from servectl.api import models, validation
-    from servectl.backends.local.client import ClientError
 
+    on_cluster = target.wanted(context, kubeconfig, state)
     policies: list[models.ScalingPolicy] = []
     services: list[models.ModelService] = []
     base_dir = Path.cwd()
@@ -121,16 +157,27 @@ def deploy(
         signals: list[dict[str, Any]] = [{"type": "cpu", "targetUtilization": target_cpu}]
         if latency_p99 is not None:
             signals.append({"type": "latency", "percentile": 99, "targetMs": latency_p99})
-        model: dict[str, Any] = {
-            "name": model_name or model_path.resolve().name,
-            "basePath": str(model_path.expanduser().resolve()),
-        }
+        if on_cluster:
+            # A location in the cluster, not on this machine: taken as written.
+            model: dict[str, Any] = {
+                "name": model_name or model_path.rstrip("/").rsplit("/", 1)[-1],
+                "basePath": model_path,
+            }
+        else:
+            local_path = Path(model_path)
+            model = {
+                "name": model_name or local_path.resolve().name,
+                "basePath": str(local_path.expanduser().resolve()),
+            }
         if version is not None:
             model["version"] = version
         doc = {
             "apiVersion": "servectl.io/v1alpha1",
             "kind": "ModelService",
-            "metadata": {"name": name, "namespace": namespace},
+            # On a cluster, no -n: the context's namespace, filled in by _deploy_kube.
+            "metadata": {"name": name}
+            if on_cluster and namespace is None
+            else {"name": name, "namespace": namespace or "default"},
             "spec": {
                 "model": model,
                 "runtime": {"resources": {"cpu": cpu, "memory": memory}},
@@ -145,6 +192,13 @@ def deploy(
             services = [validation.load_model_service(doc)]
         except validation.SpecError as exc:
             raise fail(str(exc)) from None
+    if on_cluster:
+        cluster = target.cluster(context, kubeconfig, namespace, state)
+        assert cluster is not None
+        _deploy_kube(cluster, services, policies, namespace)
+        return
+    from servectl.backends.local.client import ClientError
+
     client = _client(state_dir(state))
     try:
         for service in services:
@@ -162,12 +216,56 @@ def deploy(
         client.close()
 
 
+def _in_namespace(resource: Any, namespace: str, flag: str | None) -> Any:
+    """``resource`` placed in the namespace it names, else ``namespace`` (-n or the
+    context's); a file's namespace that -n contradicts is refused, as kubectl does."""
+    meta = resource.metadata
+    if "namespace" in meta.model_fields_set:
+        if flag is not None and flag != meta.namespace:
+            raise fail(
+                f"{resource.kind} {meta.name}: metadata.namespace is {meta.namespace} but -n "
+                f"says {flag}; drop one of them"
+            )
+        return resource
+    return resource.model_copy(
+        update={"metadata": meta.model_copy(update={"namespace": namespace})}
+    )
+
+
+def _deploy_kube(
+    cluster: Cluster, services: list[Any], policies: list[Any], flag: str | None
+) -> None:
+    from servectl.backends.kubernetes.client import ClientError
+
+    services = [_in_namespace(s, cluster.namespace, flag) for s in services]
+    policies = [_in_namespace(p, cluster.namespace, flag) for p in policies]
+    try:
+        done = cluster.client.deploy_all(services, policies)
+    except ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    for policy in policies:
+        out.print(f"scalingpolicy/{policy.metadata.name} applied", highlight=False)
+    for d in done:
+        what = "created" if d.created else "configured" if d.changed else "unchanged"
+        if d.rollout_to is not None:
+            what += f"; rollout to v{d.rollout_to} requested"
+        out.print(f"modelservice/{d.name} {what}", highlight=False)
+
+
 # --------------------------------------------------------------------------- get
 
 
 def _summary(client: Any, row: Any) -> dict[str, Any]:
     status = client.status(row.namespace, row.name) or {}
     record = client.record(row.namespace, row.name)
+    return _summary_of(row, status, record)
+
+
+def _summary_of(row: Any, status: dict[str, Any], record: Any) -> dict[str, Any]:
+    """One service's row for ``get``: ``row`` as ``services()`` lists it (namespace, name,
+    spec, updated, generation), its status and the local runtime's record (ports) if any."""
     revisions = status.get("revisions", [])
     rollout = status.get("rollout") or {}
     auto = status.get("autoscaling") or {}
@@ -198,10 +296,24 @@ def _summary(client: Any, row: Any) -> dict[str, Any]:
 def get(
     name: Annotated[str | None, typer.Argument(help="One service (default: all).")] = None,
     namespace: Annotated[
-        str | None, typer.Option("-n", "--namespace", help="Only this namespace.")
+        str | None,
+        typer.Option(
+            "-n",
+            "--namespace",
+            help="Only this namespace (default: all; on a cluster, the context's).",
+            show_default=False,
+        ),
     ] = None,
+    all_namespaces: Annotated[
+        bool,
+        typer.Option(
+            "-A", "--all-namespaces", help="Every namespace (what -n omitted does locally)."
+        ),
+    ] = False,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """List services: ready replicas, weights, rollout phase, endpoints.
 
@@ -209,6 +321,12 @@ def get(
     the whole resource (spec and status)."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _get_kube(cluster, name, None if all_namespaces else cluster.namespace, output)
+        return
+    if all_namespaces:
+        namespace = None
     client = _client(state_dir(state))
     try:
         rows = client.services(namespace)
@@ -228,6 +346,39 @@ def get(
     if not summaries:
         out.print("no services; deploy one with `servectl deploy NAME --model-path DIR`")
         return
+    _emit_services(output, summaries)
+
+
+def _get_kube(cluster: Cluster, name: str | None, namespace: str | None, output: Output) -> None:
+    from servectl.backends.kubernetes import client as kube_client
+
+    try:
+        if name is not None and namespace is not None:
+            rows = [kube_client.row(cluster.client.object(namespace, name))]
+        else:
+            rows = [r for r in cluster.client.services(namespace) if name in (None, r.name)]
+            if name is not None and not rows:
+                raise kube_client.ClientError(f"no ModelService {name} in any namespace")
+    except kube_client.ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    if output.machine:
+        console.print_records([r.document for r in rows], output)
+        return
+    if not rows:
+        where = f"namespace {namespace}" if namespace is not None else "any namespace"
+        out.print(
+            f"no ModelServices in {where}; deploy one with "
+            f"`{cluster.servectl('deploy', '-f', 'FILE')}`",
+            highlight=False,
+            markup=False,
+        )
+        return
+    _emit_services(output, [_summary_of(r, r.status, None) for r in rows])
+
+
+def _emit_services(output: Output, summaries: list[dict[str, Any]]) -> None:
     console.emit(
         output,
         title="ModelServices",
@@ -257,14 +408,21 @@ def get(
 
 def describe(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Everything about one service: endpoints, revisions, rollout, autoscaling,
     conditions and the latest events. -o yaml|json prints spec and status."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _describe_kube(cluster, name, output)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         try:
@@ -280,6 +438,60 @@ def describe(
     if output.machine:
         console.print_records([{**doc, "status": status}], output)
         return
+    _print_description(
+        name,
+        namespace,
+        doc,
+        status,
+        record,
+        events,
+        "no status yet: the controller has not reconciled it (is it up? `servectl status`)",
+    )
+
+
+def _describe_kube(cluster: Cluster, name: str, output: Output) -> None:
+    from servectl.backends.kubernetes import client as kube_client
+
+    namespace = cluster.namespace
+    try:
+        live = cluster.client.object(namespace, name)
+        events = cluster.client.events(namespace, name, limit=10)
+    except kube_client.ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    listed = kube_client.row(live)
+    if output.machine:
+        console.print_records([listed.document], output)
+        return
+    try:
+        service = kube_client.parse(live)
+    except ValueError as exc:  # another writer's spec that servectl would refuse
+        raise fail(f"{namespace}/{name}: servectl cannot read its spec: {exc}", 1) from None
+    doc = service.model_dump(mode="json", by_alias=True, exclude_none=True)
+    _print_description(
+        name,
+        namespace,
+        doc,
+        listed.status,
+        None,
+        events,
+        "no status yet: the controller has not reconciled it (is servectl's controller "
+        "running in the cluster? "
+        + cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/name=servectl", ns=False)
+        + ")",
+    )
+
+
+def _print_description(
+    name: str,
+    namespace: str,
+    doc: dict[str, Any],
+    status: dict[str, Any],
+    record: Any,
+    events: list[Any],
+    no_status: str,
+) -> None:
     spec = doc["spec"]
     p = out.print
     p(f"[bold]{escape(name)}[/]  namespace {escape(namespace)}", highlight=False)
@@ -354,7 +566,7 @@ def describe(
             [[_when(e.time), e.type, e.reason, e.message] for e in events],
         )
     if not status:
-        p("no status yet: the controller has not reconciled it (is it up? `servectl status`)")
+        p(escape(no_status))
 
 
 # --------------------------------------------------------------------------- explain
@@ -362,14 +574,25 @@ def describe(
 
 def explain(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Why this many replicas: the signals seen, each signal's proposal, the winner, the
-    bounds and rails applied, and how the planner split them across revisions."""
+    bounds and rails applied, and how the planner split them across revisions.
+
+    On a cluster: the last decision as the controller wrote it in status (the decision,
+    its reason, the bounds, each revision's replicas and weight, the conditions that
+    limit scaling); the per-cycle signals and proposals are the local runtime's only."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _explain_kube(cluster, name, output)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         try:
@@ -436,6 +659,89 @@ def explain(
         p(f"refused:   {error}", markup=False)
 
 
+EXPLAIN_CONDITIONS = ("MetricsAvailable", "ScalingLimited", "Ready")
+
+
+def _explain_kube(cluster: Cluster, name: str, output: Output) -> None:
+    from servectl.backends.kubernetes import client as kube_client
+
+    namespace = cluster.namespace
+    try:
+        live = cluster.client.object(namespace, name)
+    except kube_client.ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    listed = kube_client.row(live)
+    status = listed.status
+    auto = status.get("autoscaling") or {}
+    if not auto:
+        raise fail(
+            f"no decision recorded for {namespace}/{name} yet (is servectl's controller "
+            "running in the cluster?)",
+            1,
+        )
+    bounds = (listed.spec.get("spec") or {}).get("autoscaling") or {}
+    record = {
+        "source": "status",
+        "observedGeneration": status.get("observedGeneration"),
+        "autoscaling": auto,
+        "min": bounds.get("minReplicas"),
+        "max": bounds.get("maxReplicas"),
+        "mode": bounds.get("mode", "active"),
+        "revisions": status.get("revisions", []),
+        "conditions": [
+            c for c in status.get("conditions", []) if c.get("type") in EXPLAIN_CONDITIONS
+        ],
+    }
+    if output.machine:
+        console.print_records([record], output)
+        return
+    p = out.print
+    p(
+        "from status: the cluster's controller writes its last decision there; the signals "
+        "and each signal's proposal are recorded by the local runtime only",
+        highlight=False,
+        markup=False,
+    )
+    last = kube_client.timestamp(auto.get("lastScaleTime"))
+    p(
+        f"decision:  {auto.get('desiredReplicas')} replicas, decided by {auto.get('decidedBy')} "
+        f"({auto.get('reason')}): {auto.get('message') or ''}"
+        + (f"; last scaled at {_when(last)}" if last is not None else ""),
+        highlight=False,
+        markup=False,
+    )
+    p(
+        f"bounds:    min {record['min']}, max {record['max']}, mode {record['mode']}",
+        highlight=False,
+    )
+    for c in record["conditions"]:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            continue
+        p(
+            f"{c.get('type')}: {c.get('status')} ({c.get('reason', '')}) {c.get('message', '')}",
+            highlight=False,
+            markup=False,
+        )
+    revisions = record["revisions"]
+    if revisions:
+        console.print_table(
+            "Revisions",
+            ["REVISION", "DESIRED", "READY", "WEIGHT", "MODEL"],
+            [
+                [
+                    r["name"],
+                    str(r.get("desiredReplicas", 0)),
+                    str(r.get("readyReplicas", 0)),
+                    f"{r.get('weight', 0)}%",
+                    str(r.get("modelState", "-")),
+                ]
+                for r in revisions
+            ],
+        )
+
+
 # --------------------------------------------------------------------------- scale, delete
 
 
@@ -446,8 +752,10 @@ def scale(
     ] = None,
     min_replicas: Annotated[int | None, typer.Option("--min", min=1, help="New minimum.")] = None,
     max_replicas: Annotated[int | None, typer.Option("--max", min=1, help="New maximum.")] = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Change the replica bounds the autoscaler works within (--replicas pins them)."""
     from servectl.backends.local.client import ClientError
@@ -456,6 +764,26 @@ def scale(
         raise fail("give --replicas N, or --min and/or --max")
     if replicas is not None and (min_replicas is not None or max_replicas is not None):
         raise fail("--replicas pins both bounds: give it alone, or --min/--max")
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        from servectl.backends.kubernetes.client import ClientError as KubeClientError
+
+        try:
+            updated = cluster.client.scale(
+                cluster.namespace,
+                name,
+                replicas=replicas,
+                min_replicas=min_replicas,
+                max_replicas=max_replicas,
+            )
+        except KubeClientError as exc:
+            raise target.refused(exc) from None
+        finally:
+            cluster.close()
+        a = updated.spec.autoscaling
+        out.print(f"modelservice/{name} scaled: min {a.min_replicas}, max {a.max_replicas}")
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         updated = client.scale(
@@ -471,12 +799,30 @@ def scale(
 
 def delete(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="On a cluster: wait until it is gone (the controller's finalizer has "
+            "removed what it ran). The local runtime's store forgets it at once.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds --wait waits at most.")
+    ] = 120.0,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Delete a service: its replicas stop (in-flight requests finish) and its ports close."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _delete_kube(cluster, name, wait, timeout)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         client.delete(namespace, name)
@@ -487,22 +833,51 @@ def delete(
     out.print(f"modelservice/{name} deleted")
 
 
+def _delete_kube(cluster: Cluster, name: str, wait: bool, timeout_s: float) -> None:
+    from servectl.backends.kubernetes.client import ClientError
+
+    try:
+        cluster.client.delete(cluster.namespace, name)
+        out.print(f"modelservice/{name} deleted", highlight=False)
+        if wait and not cluster.client.wait_deleted(cluster.namespace, name, timeout_s):
+            raise fail(
+                f"{cluster.namespace}/{name} is still there after {timeout_s:g} s: its "
+                "finalizer (servectl.io/cleanup) waits for servectl's controller to remove "
+                "what it ran; is the controller running in the cluster?",
+                1,
+            )
+    except ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+
+
 # --------------------------------------------------------------------------- events, logs
 
 
 def events(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     follow: Annotated[
         bool, typer.Option("-f", "--follow", help="Keep printing new events.")
     ] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many of the newest.")] = 50,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """The service's events: scaling, weight changes, rollout phases, refused commands."""
+    """The service's events: scaling, weight changes, rollout phases, refused commands.
+
+    On a cluster: the core v1 Events whose involvedObject is the ModelService (the
+    cluster keeps them for an hour by default)."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _events_kube(cluster, name, follow, limit, output)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         try:
@@ -554,16 +929,81 @@ def events(
         client.close()
 
 
+def _event_record(e: Any) -> dict[str, Any]:
+    return {"id": e.id, "time": e.time, "type": e.type, "reason": e.reason, "message": e.message}
+
+
+def _events_kube(cluster: Cluster, name: str, follow: bool, limit: int, output: Output) -> None:
+    from servectl.backends.kubernetes.client import ClientError
+
+    namespace = cluster.namespace
+    seen: set[tuple[str, int, float]] = set()
+
+    def show(batch: list[Any]) -> None:
+        fresh = [e for e in batch if (e.id, e.count, e.time) not in seen]
+        if output.machine:
+            console.print_records([_event_record(e) for e in fresh], output)
+        else:
+            for e in fresh:
+                out.print(
+                    f"{_when(e.time)}  {e.type:<7} {e.reason:<20} {e.message}",
+                    highlight=False,
+                    markup=False,
+                )
+        seen.update((e.id, e.count, e.time) for e in fresh)
+
+    try:
+        cluster.client.object(namespace, name)
+        show(cluster.client.events(namespace, name, limit=limit))
+        while follow:
+            time.sleep(KUBE_POLL_S)
+            show(cluster.client.events(namespace, name, limit=limit))
+    except ClientError as exc:
+        raise target.refused(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.close()
+
+
+def _not_on_a_cluster(cluster: Cluster, verb: str, command: str) -> typer.Exit:
+    cluster.close()
+    return fail(
+        f"servectl {verb} reads the local runtime; on a cluster use:\n  {command}",
+        1,
+    )
+
+
 def logs(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     replica: Annotated[
         str | None, typer.Option("--replica", help="One replica (default: every replica).")
     ] = None,
     tail: Annotated[int, typer.Option("--tail", min=1, help="Lines per replica.")] = 20,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """The model servers' logs (each replica's, newest lines), from the state directory."""
+    """The model servers' logs (each replica's, newest lines), from the state directory.
+
+    On a cluster it prints the kubectl command that shows them."""
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        args = (
+            ["logs", replica, "--all-containers", f"--tail={tail}"]
+            if replica is not None
+            else [
+                "logs",
+                "-l",
+                f"{_LABEL_SERVICE}={name}",
+                "--all-containers",
+                "--prefix",
+                f"--tail={tail}",
+            ]
+        )
+        raise _not_on_a_cluster(cluster, "logs", cluster.kubectl(*args))
+    namespace = namespace or "default"
     directory = state_dir(state)
     client = _client(directory)
     try:
@@ -597,11 +1037,21 @@ def logs(
 
 def top(
     name: Annotated[str | None, typer.Argument(help="One service (default: all).")] = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Per revision: replicas, CPU, GPU duty cycle, requests/s, p99 (last tick's metrics)."""
+    """Per revision: replicas, CPU, GPU duty cycle, requests/s, p99 (last tick's metrics).
+
+    On a cluster it prints the kubectl command that shows the pods' CPU and memory."""
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        selector = f"{_LABEL_SERVICE}={name}" if name is not None else _LABEL_SERVICE
+        command = cluster.kubectl("top", "pods", "-l", selector)
+        raise _not_on_a_cluster(cluster, "top", command)
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         rows = [r for r in client.services(namespace) if name is None or r.name == name]
@@ -669,11 +1119,22 @@ def top(
 
 
 def _queue(
-    name: str, namespace: str, state: Path | None, op: str, version: int | None = None
+    name: str,
+    namespace: str | None,
+    state: Path | None,
+    op: str,
+    version: int | None = None,
+    context: str | None = None,
+    kubeconfig: Path | None = None,
 ) -> None:
     from servectl.backends.local.client import ClientError
     from servectl.rollout.machine import Op
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _request_kube(cluster, name, Op(op), version)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         try:
@@ -688,33 +1149,70 @@ def _queue(
         err.print("note: the controller is not running; start it with `servectl up`")
 
 
+def _request_kube(cluster: Cluster, name: str, op: Any, version: int | None) -> None:
+    from servectl.backends.kubernetes.client import ClientError
+
+    try:
+        request = cluster.client.rollout(cluster.namespace, name, op, version)
+    except ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    if request.id is None:
+        out.print(
+            f"modelservice/{name}: rollout to v{version} requested (spec.model.version)",
+            highlight=False,
+        )
+        return
+    out.print(
+        f"modelservice/{name}: {op} requested"
+        + (f" (version {version})" if version is not None else "")
+        + f", command {request.id}",
+        highlight=False,
+    )
+    if request.replaced is not None:
+        err.print(
+            f"note: the previous command ({request.replaced}) had not been carried out yet; "
+            "this one replaces it",
+            highlight=False,
+        )
+
+
 def rollout_start(
     name: NameArg,
     version: Annotated[int, typer.Option("--version", min=0, help="The version to roll out.")],
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Start a rollout to VERSION with the service's strategy (canary, abTest, blueGreen)."""
-    _queue(name, namespace, state, "start", version)
+    """Start a rollout to VERSION with the service's strategy (canary, abTest, blueGreen).
+
+    On a cluster, VERSION becomes spec.model.version (as a deploy of it would do)."""
+    _queue(name, namespace, state, "start", version, context, kubeconfig)
 
 
 def rollout_promote(
     name: NameArg,
     full: Annotated[bool, typer.Option("--full", help="Skip the remaining steps.")] = False,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Go past the current pause or analysis (--full: straight to 100 %)."""
-    _queue(name, namespace, state, "promote-full" if full else "promote")
+    _queue(name, namespace, state, "promote-full" if full else "promote", None, context, kubeconfig)
 
 
 def _simple(op: str, doc: str) -> Any:
     def command(
         name: NameArg,
-        namespace: NamespaceOption = "default",
+        namespace: NamespaceOption = None,
         state: StateDirOption = None,
+        context: ContextOption = None,
+        kubeconfig: KubeconfigOption = None,
     ) -> None:
-        _queue(name, namespace, state, op)
+        _queue(name, namespace, state, op, None, context, kubeconfig)
 
     command.__doc__ = doc
     return command
@@ -727,16 +1225,48 @@ rollout_retry = _simple("retry", "Start an aborted rollout again from its first 
 rollout_undo = _simple("undo", "Roll back to the previous version (a rollout back to it).")
 
 
+def _rollout_record(status: dict[str, Any]) -> dict[str, Any]:
+    """``rollout status``'s record from a ModelService status."""
+    rollout = status.get("rollout") or {}
+    return {
+        "phase": rollout.get("phase", "Idle"),
+        "step": rollout.get("step"),
+        "stableVersion": rollout.get("stableVersion"),
+        "canaryVersion": rollout.get("canaryVersion"),
+        "weights": {r["name"]: r.get("weight", 0) for r in status.get("revisions", [])},
+        "message": rollout.get("message", ""),
+        "verdicts": rollout.get("verdicts", []),
+    }
+
+
+def _rollout_line(record: dict[str, Any]) -> str:
+    return (
+        f"{record['phase']} step {record['step']}  "
+        + " ".join(f"{k}:{v}%" for k, v in record["weights"].items())
+        + f"  {record['message']}"
+    )
+
+
+ROLLOUT_OVER = ("Idle", "Completed", "Aborted", "Degraded")
+
+
 def rollout_status(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Follow until it finishes.")] = False,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Where the rollout stands: phase, step, weights, verdicts (--watch to follow)."""
     from servectl.backends.local.client import ClientError
 
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _rollout_status_kube(cluster, name, watch, output)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     last = None
     try:
@@ -746,29 +1276,15 @@ def rollout_status(
             raise fail(str(exc)) from None
         while True:
             status = client.status(namespace, name) or {}
-            rollout = status.get("rollout") or {}
-            weights = {r["name"]: r.get("weight", 0) for r in status.get("revisions", [])}
-            record = {
-                "phase": rollout.get("phase", "Idle"),
-                "step": rollout.get("step"),
-                "stableVersion": rollout.get("stableVersion"),
-                "canaryVersion": rollout.get("canaryVersion"),
-                "weights": weights,
-                "message": rollout.get("message", ""),
-                "verdicts": rollout.get("verdicts", []),
-            }
-            line = (
-                f"{record['phase']} step {record['step']}  "
-                + " ".join(f"{k}:{v}%" for k, v in weights.items())
-                + f"  {record['message']}"
-            )
+            record = _rollout_record(status)
+            line = _rollout_line(record)
             if output.machine and not watch:
                 console.print_records([record], output)
                 return
             if line != last:
                 out.print(f"{_when(time.time())}  {line}", highlight=False, markup=False)
                 last = line
-            if not watch or record["phase"] in ("Idle", "Completed", "Aborted", "Degraded"):
+            if not watch or record["phase"] in ROLLOUT_OVER:
                 return
             time.sleep(1.0)
     except KeyboardInterrupt:
@@ -777,13 +1293,49 @@ def rollout_status(
         client.close()
 
 
+def _rollout_status_kube(cluster: Cluster, name: str, watch: bool, output: Output) -> None:
+    from servectl.backends.kubernetes.client import ClientError
+
+    last = None
+    try:
+        while True:
+            status = cluster.client.status(cluster.namespace, name) or {}
+            record = _rollout_record(status)
+            if output.machine and not watch:
+                console.print_records([record], output)
+                return
+            line = _rollout_line(record)
+            if line != last:
+                out.print(f"{_when(time.time())}  {line}", highlight=False, markup=False)
+                last = line
+            if not watch or record["phase"] in ROLLOUT_OVER:
+                return
+            time.sleep(KUBE_POLL_S)
+    except ClientError as exc:
+        raise target.refused(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.close()
+
+
 def rollout_history(
     name: NameArg,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     output: console.OutputOption = Output.TABLE,
     state: StateDirOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Finished rollouts, oldest first: versions, outcome, verdicts."""
+    """Finished rollouts, oldest first: versions, outcome, verdicts.
+
+    On a cluster: the current (or last) rollout from status; the history of finished
+    rollouts is kept by the local runtime only."""
+    cluster = target.cluster(context, kubeconfig, namespace, state)
+    if cluster is not None:
+        _rollout_history_kube(cluster, name, output)
+        return
+    namespace = namespace or "default"
     client = _client(state_dir(state))
     try:
         records = client.history(namespace, name)
@@ -799,6 +1351,35 @@ def rollout_history(
                 _when(r["time"]),
                 f"v{r.get('fromVersion', r.get('stableVersion'))}",
                 f"v{r['toVersion']}" if r.get("toVersion") is not None else "-",
+                str(r.get("phase")),
+                str(r.get("message", "")),
+            ]
+            for r in records
+        ],
+        records=records,
+    )
+
+
+def _rollout_history_kube(cluster: Cluster, name: str, output: Output) -> None:
+    from servectl.backends.kubernetes import client as kube_client
+
+    try:
+        records = cluster.client.history(cluster.namespace, name)
+    except kube_client.ClientError as exc:
+        raise target.refused(exc) from None
+    finally:
+        cluster.close()
+    err.print(f"note: {kube_client.HISTORY_NOTE}", highlight=False, markup=False)
+    console.emit(
+        output,
+        title=f"Rollouts of {name} (status.rollout)",
+        header=["#", "TIME", "FROM", "TO", "OUTCOME", "MESSAGE"],
+        rows=[
+            [
+                "-",
+                "-",
+                f"v{r.get('stableVersion')}",
+                f"v{r['canaryVersion']}" if r.get("canaryVersion") is not None else "-",
                 str(r.get("phase")),
                 str(r.get("message", "")),
             ]

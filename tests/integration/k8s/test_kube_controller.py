@@ -460,6 +460,13 @@ def test_another_writer_is_neither_lost_nor_allowed_to_take_servectls_fields(
 
     dep = eventually(restored, "servectl puts its replica count back", timeout_s=20)
     assert dep["metadata"]["labels"]["team"] == "search"  # their update is kept
+    # Before shrinking 5 -> 2 the pods got a deletion cost (their CPU; -1 if not ready),
+    # so the ReplicaSet removed the least busy ones.
+    pods = harness.kube.list(PODS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cw-v1")[
+        "items"
+    ]
+    costs = [p["metadata"].get("annotations", {}).get(obj.DELETION_COST) for p in pods]
+    assert any(c is not None for c in costs), costs
 
 
 def test_deleting_the_modelservice_leaves_nothing_behind(harness: Harness) -> None:

@@ -1,0 +1,684 @@
+"""What the CLI does to a cluster: the local runtime's verbs on ``ModelService`` resources.
+
+:class:`KubeClient` mirrors ``servectl.backends.local.client.LocalClient`` (same method
+names, same kinds of results, a :class:`ClientError` whose message names the field or the
+fix), but over the API server instead of the local store. The CLI never talks to the
+controller: it writes the resource and reads its ``status`` and Events back.
+
+- **deploy**: checked first exactly as on the local runtime (the resource model, the CEL
+  policy with the namespace's ScalingPolicies), except that the model is not looked for on
+  disk: ``basePath`` is ``s3://``, ``gs://``, ``pvc://<claim>/<path>`` or a path inside the
+  image, and ``spec.model.version`` is required. Then a server-side apply with the field
+  manager ``servectl-cli``: the CLI owns the spec fields it sets, the controller its status.
+  A changed ``spec.model.version`` is how a rollout starts (the controller notices).
+- **rollout commands**: a merge patch of the ``servectl.io/rollout-command`` annotation,
+  ``{"op", "version", "id"}``; the controller carries each id out once and records it in
+  ``status.loop.command``.
+- **scale**: a merge patch of ``spec.autoscaling``'s bounds, guarded by the
+  ``resourceVersion`` read (a concurrent writer makes it re-read and check again).
+- **reads**: ``status`` (``ModelServiceStatus``) and core v1 Events whose involvedObject
+  is the ModelService.
+
+Errors from the API server become one readable :class:`ClientError`: unreachable server,
+401/403, a missing ModelService (which names ``servectl get``), CRDs not installed (which
+names how to install them), and the server's 422 validation messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from servectl.api import models, validation
+from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes.backend import parse as parse  # the CLI reads it here
+from servectl.backends.kubernetes.kube import (
+    EVENTS,
+    MODELSERVICES,
+    SCALINGPOLICIES,
+    Doc,
+    Kube,
+    KubeError,
+    Resource,
+    load_api_client,
+)
+from servectl.controller.spec import PolicySpecError, policy_for
+from servectl.rollout.machine import Op
+
+FIELD_MANAGER = "servectl-cli"
+"""The CLI's field manager: it owns the spec fields it applies, the controller the status."""
+DEFAULT_NAMESPACE = "default"
+REQUEST_TIMEOUT_S = 15.0
+CRD_HINT = (
+    "install the CRDs: kubectl apply --server-side -f deploy/crds/ "
+    "(or helm install servectl deploy/helm/servectl)"
+)
+HISTORY_NOTE = (
+    "the history of finished rollouts is kept by the local runtime only; on Kubernetes this "
+    "is the current (or last) rollout from status.rollout, and `servectl events NAME` lists "
+    "each phase change"
+)
+
+
+class ClientError(ValueError):
+    """A request servectl or the cluster refuses; the message names the field or the fix.
+
+    ``environment``: the cluster, not the input, is the problem (unreachable, credentials,
+    permissions, CRDs missing), so the CLI exits 1 rather than 2 (bad input)."""
+
+    def __init__(self, message: str, *, environment: bool = False) -> None:
+        super().__init__(message)
+        self.environment = environment
+
+
+@dataclass(frozen=True)
+class Deployed:
+    namespace: str
+    name: str
+    generation: int
+    created: bool
+    rollout_to: int | None  # the version a rollout was requested to, if any
+    changed: bool = True  # False: the cluster already had exactly this
+
+
+@dataclass(frozen=True)
+class ServiceRow:
+    """One ModelService as listed: what ``LocalClient.services`` rows carry, plus status."""
+
+    namespace: str
+    name: str
+    spec: dict[str, Any]  # the resource without status and server bookkeeping
+    status: dict[str, Any]
+    generation: int
+    updated: float  # creation time (seconds since the epoch), for AGE
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The whole resource (spec and status), as ``get -o json|yaml`` prints it."""
+        return {**self.spec, "status": self.status}
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    """A core v1 Event about a ModelService, in ``StoredEvent``'s shape (``id`` is its name)."""
+
+    id: str
+    time: float
+    type: str
+    reason: str
+    message: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What ``rollout`` wrote: a command annotation (``id``) or a new spec version."""
+
+    op: Op
+    version: int | None
+    id: str | None  # None: a start written as spec.model.version (no command)
+    replaced: str | None = None  # a previous command not yet carried out, now replaced
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def new_command_id() -> str:
+    return uuid.uuid4().hex
+
+
+def command_annotation(op: Op, version: int | None, ident: str) -> str:
+    """The ``servectl.io/rollout-command`` value the controller reads."""
+    return json.dumps({"op": str(op), "version": version, "id": ident})
+
+
+def pending_command(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The command in the annotation the controller has not carried out yet, if any."""
+    raw = ((doc.get("metadata") or {}).get("annotations") or {}).get(obj.COMMAND)
+    if not raw:
+        return None
+    try:
+        request = json.loads(raw)
+        ident = str(request["id"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    done = (((doc.get("status") or {}).get("loop") or {}).get("command")) or None
+    return dict(request) if ident != done else None
+
+
+def command_done(doc: Mapping[str, Any], ident: str) -> bool:
+    """Has the controller carried out command ``ident`` (``status.loop.command``)?"""
+    return bool((((doc.get("status") or {}).get("loop") or {}).get("command")) == ident)
+
+
+def timestamp(value: Any) -> float | None:
+    """An RFC 3339 time (``2025-01-31T10:00:00Z``, with or without fractions) as epoch s."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def apply_document(resource: models.ModelService | models.ScalingPolicy, namespace: str) -> Doc:
+    """What the CLI applies: apiVersion, kind, name, namespace, the user's labels and
+    annotations, and spec; never status or server fields (those are not the CLI's)."""
+    dumped = resource.model_dump(mode="json", by_alias=True, exclude_none=True)
+    meta: Doc = {"name": resource.metadata.name, "namespace": namespace}
+    if resource.metadata.labels:
+        meta["labels"] = dict(resource.metadata.labels)
+    if resource.metadata.annotations:
+        meta["annotations"] = dict(resource.metadata.annotations)
+    return {
+        "apiVersion": dumped["apiVersion"],
+        "kind": dumped["kind"],
+        "metadata": meta,
+        "spec": dumped["spec"],
+    }
+
+
+def row(doc: Mapping[str, Any]) -> ServiceRow:
+    meta = dict(doc.get("metadata") or {})
+    meta.pop("managedFields", None)
+    spec = {k: v for k, v in doc.items() if k != "status"}
+    spec["metadata"] = meta
+    spec.setdefault("apiVersion", MODELSERVICES.api_version)
+    spec.setdefault("kind", MODELSERVICES.kind)
+    return ServiceRow(
+        namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
+        name=str(meta.get("name")),
+        spec=spec,
+        status=dict(doc.get("status") or {}),
+        generation=int(meta.get("generation") or 0),
+        updated=timestamp(meta.get("creationTimestamp")) or 0.0,
+    )
+
+
+def event(doc: Mapping[str, Any]) -> KubeEvent:
+    meta = doc.get("metadata") or {}
+    when = (
+        timestamp(doc.get("lastTimestamp"))
+        or timestamp(doc.get("eventTime"))
+        or timestamp((doc.get("series") or {}).get("lastObservedTime"))
+        or timestamp(doc.get("firstTimestamp"))
+        or timestamp(meta.get("creationTimestamp"))
+        or 0.0
+    )
+    return KubeEvent(
+        id=str(meta.get("name") or ""),
+        time=when,
+        type=str(doc.get("type") or "Normal"),
+        reason=str(doc.get("reason") or ""),
+        message=str(doc.get("message") or ""),
+        count=int(doc.get("count") or 1),
+    )
+
+
+def history(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What status says of rollouts: the current (or last) one, nothing when Idle."""
+    rollout = status.get("rollout") or {}
+    if not rollout or rollout.get("phase", "Idle") == "Idle":
+        return []
+    return [
+        {
+            "phase": rollout.get("phase"),
+            "step": rollout.get("step"),
+            "stableVersion": rollout.get("stableVersion"),
+            "canaryVersion": rollout.get("canaryVersion"),
+            "message": rollout.get("message", ""),
+            "verdicts": rollout.get("verdicts", []),
+        }
+    ]
+
+
+def readable(message: str) -> str:
+    """An API server's validation message without its preamble, one cause per clause:
+    ``ModelService.servectl.io "x" is invalid: [a: ..., b: ...]`` -> ``a: ...; b: ...``."""
+    body = message.split(" is invalid: ", 1)[-1].strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    causes = re.split(r", (?=(?:spec|metadata|status)(?:\.|\[| ))", body)
+    return "; ".join(c.strip() for c in causes if c.strip())
+
+
+def _connection_reason(message: str) -> str:
+    """The useful end of a urllib3 error (``[Errno 111] Connection refused``)."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", message)
+    if found:
+        return found.group(1).strip()
+    found = re.search(r"Caused by (\w+)\(", message)
+    if found:
+        return found.group(1)
+    return message[:200]
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class KubeClient:
+    """ModelServices in one cluster (one kubeconfig context), seen from the CLI."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        context: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.context = context
+        self.namespace = namespace  # the context's namespace: the default for -n
+        self._sleep = sleep
+        self._clock = clock
+        self._crd: bool | None = None
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+        """A client for ``context`` of ``kubeconfig`` ($KUBECONFIG, else ~/.kube/config;
+        the kubeconfig's current context when ``context`` is None). Reads files only."""
+        from kubernetes.config import ConfigException, list_kube_config_contexts
+
+        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        source = (
+            f"--kubeconfig {path}"
+            if kubeconfig
+            else f"$KUBECONFIG ({path})"
+            if "KUBECONFIG" in os.environ
+            else path
+        )
+        if os.pathsep not in path and not os.path.isfile(os.path.expanduser(path)):
+            raise ClientError(
+                f"{source}: no such file; give --kubeconfig PATH (or set $KUBECONFIG)"
+            )
+        try:
+            contexts, current = list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError, ValueError, TypeError, AttributeError) as exc:
+            raise ClientError(f"{source}: not a usable kubeconfig ({exc})") from None
+        by_name = {str(c.get("name")): c for c in contexts or [] if isinstance(c, dict)}
+        if context is None:
+            if not current:
+                raise ClientError(
+                    f"--context: {path} has no current-context; give --context NAME "
+                    f"(it has {', '.join(sorted(by_name)) or 'no contexts'})"
+                )
+            context = str(current["name"] if isinstance(current, dict) else current)
+        if context not in by_name:
+            raise ClientError(
+                f"--context {context}: no such context in {path} "
+                f"(it has {', '.join(sorted(by_name)) or 'no contexts'})"
+            )
+        default_ns = (by_name[context].get("context") or {}).get("namespace") or DEFAULT_NAMESPACE
+        try:
+            api = load_api_client(path, context)
+        except KubeError as exc:
+            raise ClientError(f"--context {context}: {exc.message}", environment=True) from None
+        kube = Kube(api, field_manager=FIELD_MANAGER)
+        kube.request_timeout_s = REQUEST_TIMEOUT_S
+        return cls(kube, context=context, namespace=str(default_ns))
+
+    def close(self) -> None:
+        close = getattr(self.kube.api, "close", None)
+        if close is not None:
+            close()
+
+    # -- errors
+
+    @property
+    def server(self) -> str:
+        configuration = getattr(self.kube.api, "configuration", None)
+        return str(getattr(configuration, "host", "") or "the API server")
+
+    def _where(self) -> str:
+        return f" (context {self.context})" if self.context else ""
+
+    def _hint_flags(self) -> str:
+        return f" --context {self.context}" if self.context else ""
+
+    def error(self, exc: KubeError, namespace: str, what: str) -> ClientError:
+        """``exc`` as one line that says what to do."""
+        if exc.status == 0:
+            if exc.reason == "NoConfig":
+                return ClientError(exc.message, environment=True)
+            return ClientError(
+                f"cannot reach the Kubernetes API server {self.server}{self._where()}: "
+                f"{_connection_reason(exc.message)}; is the cluster up and the context right? "
+                f"(kubectl{self._hint_flags()} cluster-info)",
+                environment=True,
+            )
+        if exc.status == 401:
+            return ClientError(
+                f"the API server {self.server} refused the credentials{self._where()} "
+                f"(401 Unauthorized): {exc.message or 'log in again'}",
+                environment=True,
+            )
+        if exc.status == 403:
+            return ClientError(
+                f"forbidden{self._where()}: {exc.message}; the CLI needs get, list, create, "
+                f"patch and delete on modelservices.servectl.io (and scalingpolicies), and "
+                f"list on events, in namespace {namespace}",
+                environment=True,
+            )
+        if exc.status == 404 and not self.crd_installed():
+            return self._no_crd()
+        if exc.status == 404 and exc.message.startswith('namespaces "'):
+            return ClientError(
+                f"namespace {namespace} does not exist{self._where()} "
+                f"(kubectl{self._hint_flags()} create namespace {namespace}, or give -n)"
+            )
+        if exc.status in (400, 422):
+            return ClientError(f"the API server refused {what}: {readable(exc.message)}")
+        if exc.status == 409:
+            return ClientError(f"{what}: changed by someone else meanwhile ({exc.message}); retry")
+        return ClientError(
+            f"{what}: {exc.status} {exc.reason}: {exc.message}", environment=exc.status >= 500
+        )
+
+    def _no_crd(self) -> ClientError:
+        return ClientError(
+            f"the ModelService CRD (modelservices.servectl.io) is not installed at "
+            f"{self.server}{self._where()}: {CRD_HINT}",
+            environment=True,
+        )
+
+    def crd_installed(self) -> bool:
+        """Does the API server serve modelservices.servectl.io/v1alpha1? (asked once)"""
+        if self._crd is None:
+            try:
+                found = self.kube.request(
+                    "GET",
+                    f"/apis/{MODELSERVICES.group}/{MODELSERVICES.version}",
+                    verb="get",
+                    resource="discovery",
+                )
+            except KubeError as exc:
+                if exc.status != 404:
+                    return True  # cannot tell; report the original error
+                self._crd = False
+            else:
+                names = {r.get("name") for r in (found or {}).get("resources") or []}
+                self._crd = MODELSERVICES.plural in names
+        return self._crd
+
+    def _not_found(self, namespace: str, name: str) -> ClientError:
+        if not self.crd_installed():
+            return self._no_crd()
+        return ClientError(
+            f"no ModelService {namespace}/{name}; "
+            f"`servectl get -n {namespace}{self._hint_flags()}` lists them"
+        )
+
+    def _get(self, res: Resource, namespace: str, name: str) -> Doc | None:
+        try:
+            return self.kube.get(res, namespace, name)
+        except KubeError as exc:
+            if exc.not_found and self.crd_installed():
+                return None
+            raise self.error(exc, namespace, f"{res.kind} {namespace}/{name}") from None
+
+    def object(self, namespace: str, name: str) -> Doc:
+        """The live ModelService (spec, status, metadata)."""
+        doc = self._get(MODELSERVICES, namespace, name)
+        if doc is None:
+            raise self._not_found(namespace, name)
+        return doc
+
+    # -- specs
+
+    def check(
+        self,
+        service: models.ModelService,
+        policies: Sequence[models.ScalingPolicy] = (),
+        *,
+        namespace: str | None = None,
+    ) -> None:
+        """Everything ``deploy`` checks before it writes; raises ClientError naming the field."""
+        spec = service.spec
+        if spec.model.version is None:
+            raise ClientError(
+                "spec.model.version: required on Kubernetes (the controller cannot list "
+                "basePath to find the latest version); set the version to serve, e.g. "
+                "`version: 1` (or --version N)"
+            )
+        try:
+            obj.model_source(spec.model.base_path)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        library: dict[str, models.ScalingPolicy] = {}
+        policy = spec.autoscaling.policy
+        wanted = None if policy is None else policy.ref
+        given = {p.metadata.name: p for p in policies}
+        if wanted is not None and wanted not in given:
+            library.update(self.policies(namespace or service.metadata.namespace))
+        library.update(given)
+        try:
+            policy_for(service, library)
+        except PolicySpecError as exc:
+            raise ClientError(str(exc)) from None
+
+    def policies(self, namespace: str) -> dict[str, models.ScalingPolicy]:
+        """The namespace's ScalingPolicies (the ones a ``policy.ref`` may name)."""
+        try:
+            listed = self.kube.list(SCALINGPOLICIES, namespace)
+        except KubeError as exc:
+            raise self.error(exc, namespace, f"ScalingPolicies in {namespace}") from None
+        found: dict[str, models.ScalingPolicy] = {}
+        for item in listed.get("items") or []:
+            meta = item.get("metadata") or {}
+            try:
+                found[str(meta.get("name"))] = models.ScalingPolicy.model_validate(
+                    {
+                        "apiVersion": SCALINGPOLICIES.api_version,
+                        "kind": "ScalingPolicy",
+                        "metadata": {"name": meta.get("name"), "namespace": namespace},
+                        "spec": item.get("spec") or {},
+                    }
+                )
+            except ValueError:
+                continue  # a broken one is the controller's to report; a ref to it fails
+        return found
+
+    def deploy(
+        self,
+        service: models.ModelService,
+        policies: Sequence[models.ScalingPolicy] = (),
+        *,
+        namespace: str | None = None,
+    ) -> Deployed:
+        """Check, then apply the ScalingPolicies and the ModelService (``namespace`` given:
+        where to put them, else each one's own)."""
+        return self.deploy_all([service], policies, namespace=namespace)[0]
+
+    def deploy_all(
+        self,
+        services: Sequence[models.ModelService],
+        policies: Sequence[models.ScalingPolicy] = (),
+        *,
+        namespace: str | None = None,
+    ) -> list[Deployed]:
+        """Check every service first (nothing is written if one is refused), then apply
+        the policies and the services; a changed ``spec.model.version`` requests a rollout."""
+        for service in services:
+            try:
+                self.check(service, policies, namespace=namespace)
+            except ClientError as exc:
+                raise ClientError(f"{service.metadata.name}: {exc}") from None
+        for policy in policies:
+            ns = namespace or policy.metadata.namespace
+            try:
+                self.kube.apply(apply_document(policy, ns), manager=FIELD_MANAGER)
+            except KubeError as exc:
+                raise self.error(exc, ns, f"ScalingPolicy {ns}/{policy.metadata.name}") from None
+        return [self._apply(service, namespace) for service in services]
+
+    def _apply(self, service: models.ModelService, namespace: str | None) -> Deployed:
+        ns = namespace or service.metadata.namespace
+        name = service.metadata.name
+        existing = self._get(MODELSERVICES, ns, name)
+        try:
+            out = self.kube.apply(apply_document(service, ns), manager=FIELD_MANAGER)
+        except KubeError as exc:
+            raise self.error(exc, ns, f"ModelService {ns}/{name}") from None
+        version = service.spec.model.version
+        rollout_to: int | None = None
+        if existing is not None:
+            before = ((existing.get("spec") or {}).get("model") or {}).get("version")
+            if before != version:
+                rollout_to = version
+        meta = out.get("metadata") or {}
+        changed = existing is None or meta.get("resourceVersion") != (
+            (existing.get("metadata") or {}).get("resourceVersion")
+        )
+        return Deployed(
+            ns, name, int(meta.get("generation") or 0), existing is None, rollout_to, changed
+        )
+
+    def get(self, namespace: str, name: str) -> models.ModelService:
+        return parse(self.object(namespace, name))
+
+    def services(self, namespace: str | None = None) -> list[ServiceRow]:
+        """ModelServices of ``namespace`` (None: every namespace), by namespace and name."""
+        try:
+            listed = self.kube.list(MODELSERVICES, namespace)
+        except KubeError as exc:
+            where = namespace or "all namespaces"
+            raise self.error(exc, namespace or "(all)", f"ModelServices in {where}") from None
+        rows = [row(item) for item in listed.get("items") or []]
+        return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+    def delete(self, namespace: str, name: str) -> None:
+        try:
+            gone = self.kube.delete(MODELSERVICES, namespace, name)
+        except KubeError as exc:
+            raise self.error(exc, namespace, f"ModelService {namespace}/{name}") from None
+        if not gone:
+            raise self._not_found(namespace, name)
+
+    def wait_deleted(self, namespace: str, name: str, timeout_s: float) -> bool:
+        """Poll until the ModelService is gone (its finalizer done); False on timeout."""
+        deadline = self._clock() + timeout_s
+        while True:
+            if self._get(MODELSERVICES, namespace, name) is None:
+                return True
+            if self._clock() >= deadline:
+                return False
+            self._sleep(1.0)
+
+    def scale(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int | None = None,
+        min_replicas: int | None = None,
+        max_replicas: int | None = None,
+        attempts: int = 3,
+    ) -> models.ModelService:
+        """Change the replica bounds (``replicas`` pins both): checked, then a merge patch
+        guarded by the resourceVersion read."""
+        for attempt in range(attempts):
+            doc = self.object(namespace, name)
+            auto = parse(doc).spec.autoscaling
+            low = replicas if replicas is not None else min_replicas
+            high = replicas if replicas is not None else max_replicas
+            low = auto.min_replicas if low is None else low
+            high = auto.max_replicas if high is None else high
+            candidate = parse(doc).model_dump(mode="json", by_alias=True, exclude_none=True)
+            candidate["spec"]["autoscaling"]["minReplicas"] = low
+            candidate["spec"]["autoscaling"]["maxReplicas"] = high
+            try:
+                updated = validation.load_model_service(candidate)
+            except validation.SpecError as exc:
+                raise ClientError(str(exc)) from None
+            patch = {
+                "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},
+                "spec": {"autoscaling": {"minReplicas": low, "maxReplicas": high}},
+            }
+            try:
+                self.kube.merge_patch(MODELSERVICES, namespace, name, patch)
+            except KubeError as exc:
+                if exc.conflict and attempt < attempts - 1:
+                    continue
+                raise self.error(exc, namespace, f"ModelService {namespace}/{name}") from None
+            return updated
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- rollouts
+
+    def rollout(
+        self, namespace: str, name: str, op: Op, version: int | None = None
+    ) -> RolloutRequest:
+        """Ask the controller for a rollout operation.
+
+        ``start`` to a version other than ``spec.model.version`` writes that version into
+        the spec, which is how the controller starts a rollout (as a ``deploy`` of it
+        would; a start only in the annotation would leave the spec naming another version,
+        which the controller would roll back to later). ``start`` to the spec's own version
+        (after an abort or an undo), and every other operation, is a command annotation.
+        """
+        doc = self.object(namespace, name)
+        if op is Op.START:
+            if version is None:
+                raise ClientError("rollout start needs --version N (the version to roll out)")
+            if version < 1:
+                raise ClientError(
+                    f"--version: {version} is not a model version (versions are >= 1)"
+                )
+            current = ((doc.get("spec") or {}).get("model") or {}).get("version")
+            if current != version:
+                self._patch(namespace, name, {"spec": {"model": {"version": version}}})
+                return RolloutRequest(op, version, None)
+        pending = pending_command(doc)
+        ident = new_command_id()
+        patch = {"metadata": {"annotations": {obj.COMMAND: command_annotation(op, version, ident)}}}
+        self._patch(namespace, name, patch)
+        return RolloutRequest(
+            op, version, ident, None if pending is None else str(pending.get("op"))
+        )
+
+    def _patch(self, namespace: str, name: str, patch: Doc) -> Doc:
+        try:
+            return self.kube.merge_patch(MODELSERVICES, namespace, name, patch)
+        except KubeError as exc:
+            if exc.not_found:
+                raise self._not_found(namespace, name) from None
+            raise self.error(exc, namespace, f"ModelService {namespace}/{name}") from None
+
+    def status(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return dict(self.object(namespace, name).get("status") or {}) or None
+
+    def record(self, namespace: str, name: str) -> None:
+        """The local runtime's per-service record (front ports): none in a cluster."""
+        return None
+
+    def events(
+        self, namespace: str, name: str, *, since_id: str | None = None, limit: int = 100
+    ) -> list[KubeEvent]:
+        """The ModelService's Events, oldest first (the newest ``limit``)."""
+        del since_id  # Event names are not ordered; the CLI follows by what it has seen
+        selector = f"involvedObject.name={name},involvedObject.kind={MODELSERVICES.kind}"
+        try:
+            listed = self.kube.request(
+                "GET",
+                EVENTS.path(namespace),
+                query={"fieldSelector": selector},
+                verb="list",
+                resource=EVENTS.plural,
+            )
+        except KubeError as exc:
+            raise self.error(exc, namespace, f"Events of {namespace}/{name}") from None
+        found = [event(item) for item in (listed or {}).get("items") or []]
+        found.sort(key=lambda e: (e.time, e.id))
+        return found[-limit:] if limit > 0 else found
+
+    def history(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return history(self.status(namespace, name) or {})
