@@ -125,6 +125,7 @@ def cycles(controller: Controller, n: int) -> dict[str, Any]:
 def wait(what: str, check: Any, timeout_s: float, controller: Controller, period: float) -> float:
     """Cycle the controller every ``period`` until ``check()``; returns the seconds taken."""
     start = time.monotonic()
+    print(f"waiting: {what}", file=sys.stderr, flush=True)
     while not check():
         if time.monotonic() - start > timeout_s:
             raise SystemExit(f"{what}: not within {timeout_s:.0f} s")
@@ -195,6 +196,7 @@ def main() -> None:
                         "spec": {
                             "model": {"name": name, "basePath": f"s3://m/{name}", "version": 1},
                             "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
+                            "runtime": {"resources": {"cpu": "250m", "memory": "512Mi"}},
                             "rollout": rollout,
                         },
                     },
@@ -244,10 +246,16 @@ def main() -> None:
 
                 def paused() -> bool:
                     docs = admin.list(MODELSERVICES, NS)["items"]
-                    return all(
-                        ((d.get("status") or {}).get("rollout") or {}).get("phase") == "Paused"
-                        for d in docs
-                    )
+                    phases: dict[str, int] = {}
+                    stuck = []
+                    for d in docs:
+                        rollout = (d.get("status") or {}).get("rollout") or {}
+                        key = f"{rollout.get('phase')} step {rollout.get('step')}"
+                        phases[key] = phases.get(key, 0) + 1
+                        if rollout.get("phase") != "Paused":
+                            stuck.append(rollout.get("message"))
+                    print(f"  {phases} e.g. {stuck[:1]}", file=sys.stderr, flush=True)
+                    return not stuck
 
                 results[f"v{version}_to_paused_s"] = round(
                     wait(f"v{version} canaries paused", paused, 600, controller, args.period), 1
