@@ -115,3 +115,40 @@ def policy_for(
         return registry.build(name, cfg, custom)
     except registry.UnknownPolicyError as exc:
         raise PolicySpecError("policy", str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class RouteMatch:
+    """The A/B test's match (or blue/green's preview header) every router applies: a
+    header, or a cookie."""
+
+    kind: str  # "header" | "cookie"
+    name: str
+    value: str
+
+
+def route_match(spec: models.ModelServiceSpec) -> RouteMatch | None:
+    """Which requests the header revision gets, or None when the spec routes none."""
+    rollout = spec.rollout
+    if rollout is None:
+        return None
+    header: models.HeaderMatch | None = None
+    cookie: models.CookieMatch | None = None
+    if rollout.ab_test is not None:
+        header, cookie = rollout.ab_test.match.header, rollout.ab_test.match.cookie
+    elif rollout.blue_green is not None:
+        header = rollout.blue_green.preview_header
+    if header is not None:
+        return RouteMatch("header", header.name, header.value)
+    if cookie is not None:
+        return RouteMatch("cookie", cookie.name, cookie.value)
+    return None
+
+
+def analysis_checks(rollout: models.RolloutSpec) -> list[models.AnalysisCheck]:
+    """Every analysis check of the rollout: the defaults' and each analysis step's."""
+    checks = list(rollout.analysis.checks) if rollout.analysis is not None else []
+    for step in rollout.steps:
+        if step.analysis is not None and step.analysis.checks:
+            checks.extend(step.analysis.checks)
+    return checks

@@ -54,6 +54,7 @@ from servectl.controller import state as state_codec
 from servectl.controller.backend import Event
 from servectl.controller.decide import Command, LoopState
 from servectl.controller.observe import RevisionState, observe
+from servectl.controller.spec import analysis_checks
 from servectl.metrics.assemble import MetricsSnapshot
 from servectl.metrics.source import PrometheusSource
 from servectl.planning.types import Observed, Plan
@@ -248,7 +249,7 @@ class KubeBackend:
             and isinstance(state, LoopState)
             and state.rollout.canary is not None
         ):
-            checks = [c for c in _all_checks(rollout) if c.query is not None]
+            checks = [c for c in analysis_checks(rollout) if c.query is not None]
             if checks:
                 stable = state.rollout.stable
                 custom, _problems = self.source.custom_checks(
@@ -550,14 +551,6 @@ class KubeBackend:
             self.applied.writes += 1
         except KubeError as exc:
             self.applied.errors.append(f"event {reason}: {exc}")
-
-
-def _all_checks(rollout: models.RolloutSpec) -> list[models.AnalysisCheck]:
-    checks = list(rollout.analysis.checks) if rollout.analysis is not None else []
-    for step in rollout.steps:
-        if step.analysis is not None and step.analysis.checks:
-            checks.extend(step.analysis.checks)
-    return checks
 
 
 def parse(doc: Mapping[str, Any]) -> models.ModelService:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servectl.api import models
+from servectl.controller.spec import RouteMatch, route_match
 
 Doc = dict[str, Any]
 
@@ -383,30 +384,8 @@ def _service_ports() -> list[Doc]:
 # ------------------------------------------------------------------------ routes
 
 
-@dataclass(frozen=True)
-class Match:
-    """The A/B or preview match: a header, or a cookie (a regex on the Cookie header)."""
-
-    kind: str  # "header" | "cookie"
-    name: str
-    value: str
-
-
-def match_of(spec: models.ModelServiceSpec) -> Match | None:
-    rollout = spec.rollout
-    if rollout is None:
-        return None
-    header: models.HeaderMatch | None = None
-    cookie: models.CookieMatch | None = None
-    if rollout.ab_test is not None:
-        header, cookie = rollout.ab_test.match.header, rollout.ab_test.match.cookie
-    elif rollout.blue_green is not None:
-        header = rollout.blue_green.preview_header
-    if header is not None:
-        return Match("header", header.name, header.value)
-    if cookie is not None:
-        return Match("cookie", cookie.name, cookie.value)
-    return None
+Match = RouteMatch
+match_of = route_match
 
 
 def _header_match(match: Match, grpc: bool) -> Doc:

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from servectl.api import models
 from servectl.api.models import ModelServiceStatus, RolloutPhase
@@ -40,6 +40,7 @@ from servectl.controller import state as state_codec
 from servectl.controller.backend import Event, EventReason
 from servectl.controller.decide import Command
 from servectl.controller.observe import RevisionState, observe
+from servectl.controller.spec import analysis_checks, route_match
 from servectl.metrics.assemble import MetricsSnapshot
 from servectl.metrics.source import PrometheusSource
 from servectl.planning.types import Observed, Plan
@@ -263,20 +264,11 @@ def drained(
 def match_of(spec: models.ModelServiceSpec) -> router_mod.Match | None:
     """The A/B or blue/green preview match of the spec, as a router match (its revision
     is filled per tick from the plan's header route)."""
-    rollout = spec.rollout
-    if rollout is None:
+    match = route_match(spec)
+    if match is None:
         return None
-    header: models.HeaderMatch | None = None
-    cookie: models.CookieMatch | None = None
-    if rollout.ab_test is not None:
-        header, cookie = rollout.ab_test.match.header, rollout.ab_test.match.cookie
-    elif rollout.blue_green is not None:
-        header = rollout.blue_green.preview_header
-    if header is not None:
-        return router_mod.Match("header", header.name, header.value, revision="")
-    if cookie is not None:
-        return router_mod.Match("cookie", cookie.name, cookie.value, revision="")
-    return None
+    kind: Literal["header", "cookie"] = "header" if match.kind == "header" else "cookie"
+    return router_mod.Match(kind, match.name, match.value, revision="")
 
 
 # ------------------------------------------------------------------------ the backend
@@ -380,7 +372,7 @@ class LocalBackend:
         rollout = spec.rollout
         source = self.view.source
         if rollout is not None and canary is not None and source is not None:
-            checks = [c for c in _all_checks(rollout) if c.query is not None]
+            checks = [c for c in analysis_checks(rollout) if c.query is not None]
             if checks:
                 custom, _problems = source.custom_checks(
                     checks,
@@ -528,14 +520,6 @@ class LocalBackend:
                 for e in events
             ],
         )
-
-
-def _all_checks(rollout: models.RolloutSpec) -> list[models.AnalysisCheck]:
-    checks = list(rollout.analysis.checks) if rollout.analysis is not None else []
-    for step in rollout.steps:
-        if step.analysis is not None and step.analysis.checks:
-            checks.extend(step.analysis.checks)
-    return checks
 
 
 __all__ = [
