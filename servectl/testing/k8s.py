@@ -1014,6 +1014,10 @@ class ControlPlane:
                     str(bin_dir / "kube-controller-manager"),
                     f"--kubeconfig={kubeconfig}",
                     "--leader-elect=false",
+                    # No client-side rate limits (as kwokctl runs them): at 20 QPS the
+                    # ReplicaSet controller needs 10 s to create 200 pods.
+                    "--kube-api-qps=5000",
+                    "--kube-api-burst=10000",
                     "--controllers=*",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={port['kcm']}",
@@ -1039,6 +1043,10 @@ class ControlPlane:
                     str(bin_dir / "kube-scheduler"),
                     f"--kubeconfig={kubeconfig}",
                     "--leader-elect=false",
+                    # No client-side rate limits (as kwokctl runs them): at 20 QPS the
+                    # ReplicaSet controller needs 10 s to create 200 pods.
+                    "--kube-api-qps=5000",
+                    "--kube-api-burst=10000",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={port['sched']}",
                     *serving,

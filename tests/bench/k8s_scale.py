@@ -128,7 +128,7 @@ def wait(what: str, check: Any, timeout_s: float, controller: Controller, period
     print(f"waiting: {what}", file=sys.stderr, flush=True)
     while not check():
         if time.monotonic() - start > timeout_s:
-            raise SystemExit(f"{what}: not within {timeout_s:.0f} s")
+            raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
         controller.cycle()
         time.sleep(period)
     return time.monotonic() - start
@@ -183,6 +183,7 @@ def main() -> None:
             rollout = {
                 "strategy": "canary",
                 "drainSeconds": 600,
+                "surgeBudget": {"replicas": 3},
                 "steps": [{"setWeight": 33}, {"setWeight": 66}, {"pause": {}}],
             }
             for name in names:
@@ -272,6 +273,8 @@ def main() -> None:
             )
             results["api_requests_total"] = kube.requests()
             controller.stop()
+        except TimeoutError as exc:  # report what was measured, and what did not happen
+            results["failed"] = str(exc)
         finally:
             plane.stop()
     if args.output == "json":
