@@ -24,6 +24,7 @@ from servectl.backends.kubernetes.kube import Doc, Kube, KubeError, Resource
 log = logging.getLogger("servectl.kubernetes")
 
 Key = tuple[str, str]  # (namespace, name)
+SERVICE_LABEL = "servectl.io/service"  # objects.LABEL_SERVICE: the index's key
 
 
 def key_of(doc: Mapping[str, Any]) -> Key:
@@ -58,6 +59,9 @@ class Informer:
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self._items: dict[Key, Doc] = {}
+        # (namespace, servectl.io/service label) -> keys: a cycle selects each service's
+        # objects without scanning every object of every service.
+        self._by_service: dict[Key, set[Key]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.synced = threading.Event()
@@ -79,7 +83,13 @@ class Informer:
         """Objects in ``namespace`` whose labels include all of ``labels``."""
         with self._lock:
             out = []
-            for (ns, _name), doc in self._items.items():
+            service = labels.get(SERVICE_LABEL)
+            if service is not None:
+                keys = self._by_service.get((namespace, service), set())
+                candidates = [(k, self._items[k]) for k in keys]
+            else:
+                candidates = list(self._items.items())
+            for (ns, _name), doc in candidates:
                 if ns != namespace:
                     continue
                 have = (doc.get("metadata") or {}).get("labels") or {}
@@ -95,11 +105,31 @@ class Informer:
         with self._lock:
             have = self._items.get(key)
             if have is None or _rv(doc) < 0 or _rv(doc) >= _rv(have):
-                self._items[key] = doc
+                self._store(key, doc)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
-            self._items.pop((namespace, name), None)
+            self._drop((namespace, name))
+
+    def _store(self, key: Key, doc: Doc) -> None:
+        """Put ``doc`` under ``key`` and in the index (the lock is held)."""
+        self._drop(key)
+        self._items[key] = doc
+        service = ((doc.get("metadata") or {}).get("labels") or {}).get(SERVICE_LABEL)
+        if service is not None:
+            self._by_service.setdefault((key[0], str(service)), set()).add(key)
+
+    def _drop(self, key: Key) -> None:
+        old = self._items.pop(key, None)
+        if old is None:
+            return
+        service = ((old.get("metadata") or {}).get("labels") or {}).get(SERVICE_LABEL)
+        if service is not None:
+            keys = self._by_service.get((key[0], str(service)))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_service[(key[0], str(service))]
 
     # ------------------------------------------------------------------ the loop
 
@@ -126,7 +156,10 @@ class Informer:
                 for key, doc in fresh.items()
                 if key not in self._items or _rv(self._items[key]) != _rv(doc)
             ]
-            self._items = fresh
+            self._items = {}
+            self._by_service = {}
+            for key, doc in fresh.items():
+                self._store(key, doc)
         self.relists += 1
         self.synced.set()
         for doc in gone:
@@ -203,9 +236,9 @@ class Informer:
             key = key_of(doc)
             with self._lock:
                 if kind == "DELETED":
-                    self._items.pop(key, None)
+                    self._drop(key)
                 else:
-                    self._items[key] = doc
+                    self._store(key, doc)
             version = new_version
             self._notify(str(kind), doc)
         if time.monotonic() - started < 1.0 and self._stop.wait(0.5):
