@@ -111,8 +111,7 @@ class Memory:
 class Applied:
     """What one cycle's ``apply`` did, for the controller's metrics and log."""
 
-    writes: int = 0
-    deletes: int = 0
+    writes: int = 0  # writes and deletes
     errors: list[str] = field(default_factory=list)
 
 
@@ -393,7 +392,7 @@ class KubeBackend:
         ):
             try:
                 self.kube.delete(res, self.namespace, name)
-                self.applied.deletes += 1
+                self.applied.writes += 1
             except KubeError as exc:
                 self.applied.errors.append(f"delete {res.kind} {name}: {exc}")
                 continue
@@ -521,18 +520,30 @@ class KubeBackend:
 
     def event(self, type_: str, reason: str, message: str, when: float | None = None) -> None:
         when = when if when is not None and math.isfinite(when) else self._wall()
-        stamp = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        meta = self.doc.get("metadata") or {}
-        body = {
-            "metadata": {
-                "name": f"{self.name}.{uuid.uuid4().hex[:16]}",
-                "namespace": self.namespace,
-            },
+        try:
+            post_event(self.kube, self.doc, type_, reason, message, when)
+            self.applied.writes += 1
+        except KubeError as exc:
+            self.applied.errors.append(f"event {reason}: {exc}")
+
+
+def post_event(
+    kube: Kube, doc: Mapping[str, Any], type_: str, reason: str, message: str, when: float
+) -> None:
+    """A core/v1 Event about the ModelService ``doc`` (what ``kubectl describe`` shows)."""
+    meta = doc.get("metadata") or {}
+    stamp = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    kube.create(
+        EVENTS,
+        namespace,
+        {
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": MODELSERVICES.api_version,
                 "kind": MODELSERVICES.kind,
-                "name": self.name,
-                "namespace": self.namespace,
+                "name": name,
+                "namespace": namespace,
                 "uid": meta.get("uid"),
                 "resourceVersion": meta.get("resourceVersion"),
             },
@@ -545,12 +556,8 @@ class KubeBackend:
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
-        }
-        try:
-            self.kube.create(EVENTS, self.namespace, body)
-            self.applied.writes += 1
-        except KubeError as exc:
-            self.applied.errors.append(f"event {reason}: {exc}")
+        },
+    )
 
 
 def parse(doc: Mapping[str, Any]) -> models.ModelService:

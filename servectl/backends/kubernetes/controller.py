@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +32,7 @@ from typing import Any
 
 from servectl.api import models
 from servectl.backends.kubernetes import objects as obj
-from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory, parse
+from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory, parse, post_event
 from servectl.backends.kubernetes.cache import Informer, Key, key_of
 from servectl.backends.kubernetes.kube import (
     CONFIGMAPS,
@@ -480,7 +480,10 @@ class Controller:
             caches.modelservices.put(out)
         except KubeError as exc:
             log.warning("%s/%s: status: %s", meta["namespace"], meta["name"], exc)
-        backend_event(self.kube, doc, "Warning", "InvalidSpec", message, self.clock())
+        try:
+            post_event(self.kube, doc, "Warning", "InvalidSpec", message, self.clock())
+        except KubeError as exc:
+            log.warning("%s/%s: event: %s", meta["namespace"], meta["name"], exc)
 
     def _add_finalizer(self, caches: Caches, doc: Doc) -> None:
         meta = doc["metadata"]
@@ -593,37 +596,6 @@ class Controller:
 
 def _port(server: Any) -> int:
     return int(server.server_address[1])
-
-
-def backend_event(kube: Kube, doc: Doc, type_: str, reason: str, message: str, now: float) -> None:
-    from servectl.backends.kubernetes.kube import EVENTS
-
-    meta = doc["metadata"]
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-    try:
-        kube.create(
-            EVENTS,
-            meta["namespace"],
-            {
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {
-                    "apiVersion": MODELSERVICES.api_version,
-                    "kind": MODELSERVICES.kind,
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "uid": meta.get("uid"),
-                },
-                "type": type_,
-                "reason": reason,
-                "message": message[:1024],
-                "source": {"component": "servectl-controller"},
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-            },
-        )
-    except KubeError as exc:
-        log.warning("event %s: %s", reason, exc)
 
 
 class _ApiRequests:
@@ -739,10 +711,3 @@ class _Metrics:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry).decode()
-
-
-def describe_counts(counts: Mapping[tuple[str, str, int], int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for (verb, _res, _code), n in counts.items():
-        out[verb] = out.get(verb, 0) + n
-    return out
