@@ -163,3 +163,30 @@ def test_pod_readiness() -> None:
     assert not obj.pod_ready(leaving) and obj.pod_terminating(leaving)
     assert not obj.pod_ready({"metadata": {}, "status": {"phase": "Pending"}})
     assert obj.pod_finished({"status": {"phase": "Failed"}})
+
+
+def test_tf_servings_own_parsers_read_the_config_and_flags_servectl_writes() -> None:
+    """The ConfigMap's text protos parse with TF Serving's own protos (tensorflow-serving-api),
+    and the container's flags with the TF-Serving-compatible model server's parser."""
+    from servectl.modelserver.batching import parse_batching_parameters_text
+    from servectl.modelserver.config import parse_model_config_text
+    from servectl.modelserver.monitoring import parse_monitoring_config_text
+    from servectl.modelserver.server import parse_flags
+
+    s = spec(runtime={"batching": {"maxBatchSize": 16, "batchTimeoutMicros": 500}})
+    data = obj.revision_config(MS, s, "resnet-v3", 3)["data"]
+    (model,) = parse_model_config_text(data["models.config"])
+    assert (model.name, model.base_path) == ("resnet", "/models/resnet")
+    assert model.policy.kind == "specific" and model.policy.versions == (3,)
+    monitoring = parse_monitoring_config_text(data["monitoring.config"])
+    assert monitoring.prometheus_enabled
+    assert monitoring.prometheus_path == "/monitoring/prometheus/metrics"
+    batching = parse_batching_parameters_text(data["batching.config"])
+    assert batching.max_batch_size == 16 and batching.batch_timeout_micros == 500
+    container = obj.deployment(MS, s, "resnet-v3", 3, 1)["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    flags = parse_flags(container["args"])
+    assert (flags.port, flags.rest_api_port) == (obj.GRPC_PORT, obj.REST_PORT)
+    assert flags.model_config_file == "/etc/servectl/models.config"
+    assert flags.enable_batching
