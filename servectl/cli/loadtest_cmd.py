@@ -88,7 +88,10 @@ def loadtest(
     ] = None,
     trace: Annotated[
         Path | None,
-        typer.Option(help="Replay a load trace CSV (columns t,rps; servectl simulate --csv)."),
+        typer.Option(
+            help="Replay a load trace CSV (t,rps rates or timestamp per request; as "
+            "servectl simulate --csv)."
+        ),
     ] = None,
     speedup: Annotated[
         float, typer.Option(help="With --trace: replay N x faster (rates unchanged).")

@@ -46,7 +46,11 @@ def simulate(
     ] = None,
     csv: Annotated[
         Path | None,
-        typer.Option("--csv", help="Replay a load trace from a CSV with columns t,rps."),
+        typer.Option(
+            "--csv",
+            help="Replay a load trace from a CSV: header t,rps (rates) or timestamp (one "
+            "request per row, arrival time in seconds).",
+        ),
     ] = None,
     policy: Annotated[str, typer.Option(help="The policy under test.")] = "servectl",
     compare: Annotated[

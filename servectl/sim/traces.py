@@ -12,6 +12,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -222,10 +223,14 @@ def scaled(trace: Trace, factor: float) -> Trace:
 
 
 def from_csv(path: str | Path, name: str | None = None) -> Trace:
-    """Read ``t,rps`` rows (header required), linearly interpolated to one value a second.
+    """Read a load trace from a CSV, in one of two shapes (the header says which):
 
-    ``t`` is seconds from the start, strictly increasing; the trace covers second 0 up to
-    the last ``t`` (values before the first row repeat the first rate).
+    - ``t,rps``: rates, linearly interpolated to one value a second. ``t`` is seconds from
+      the start, strictly increasing; the trace covers second 0 up to the last ``t``
+      (values before the first row repeat the first rate).
+    - ``timestamp``: one row per request, its arrival time in seconds (any origin, e.g.
+      Unix time from an access log; any order). Second ``i`` of the trace holds the
+      requests that arrived in ``[first + i, first + i + 1)``.
     """
     source = Path(path)
     times: list[float] = []
@@ -239,9 +244,12 @@ def from_csv(path: str | Path, name: str | None = None) -> Trace:
                 continue
             if header is None:
                 header = [cell.strip().lower() for cell in row]
+                if header == ["timestamp"]:
+                    return _from_timestamps(source, reader, name)
                 if header != ["t", "rps"]:
                     raise TraceError(
-                        f"{source}:{line}: expected the header 't,rps', got {','.join(row)!r}"
+                        f"{source}:{line}: expected the header 't,rps' (rates) or 'timestamp' "
+                        f"(one request per row), got {','.join(row)!r}"
                     )
                 continue
             if len(row) != 2:
@@ -273,6 +281,48 @@ def from_csv(path: str | Path, name: str | None = None) -> Trace:
     seconds = np.arange(math.floor(times[-1]) + 1, dtype=np.float64)
     values = np.interp(seconds, np.array(times), np.array(rates))
     return Trace(name=name or source.stem, rps=values, description=f"from {source.name}")
+
+
+MAX_TIMESTAMP_SPAN_S = 31 * 24 * 3600
+"""Longest span a timestamp CSV may cover (a month of seconds: 2.7 M values)."""
+
+
+def _from_timestamps(source: Path, reader: Any, name: str | None) -> Trace:
+    stamps: list[float] = []
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+            continue
+        if len(row) != 1:
+            raise TraceError(
+                f"{source}:{line}: expected 1 column (timestamp), got {len(row)}: {row!r}"
+            )
+        try:
+            value = float(row[0])
+        except ValueError:
+            raise TraceError(
+                f"{source}:{line}: timestamp must be a number of seconds, got {row[0]!r}"
+            ) from None
+        if not math.isfinite(value):
+            raise TraceError(f"{source}:{line}: timestamp must be finite, got {row[0]!r}")
+        stamps.append(value)
+    if not stamps:
+        raise TraceError(f"{source}: no data rows after the header")
+    arrivals = np.array(stamps, dtype=np.float64)
+    first = float(arrivals.min())
+    span = float(arrivals.max()) - first
+    if span > MAX_TIMESTAMP_SPAN_S:
+        raise TraceError(
+            f"{source}: the timestamps span {span / 86400:.0f} days; at most 31 are replayed "
+            "(are some in milliseconds? use seconds)"
+        )
+    seconds = np.floor(arrivals - first).astype(np.int64)
+    counts = np.bincount(seconds, minlength=int(seconds.max()) + 1).astype(np.float64)
+    return Trace(
+        name=name or source.stem,
+        rps=counts,
+        description=f"from {source.name} ({len(stamps)} requests)",
+    )
 
 
 def standard_suite(seed: int = 0) -> list[Trace]:
