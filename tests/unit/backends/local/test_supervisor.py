@@ -290,23 +290,30 @@ def test_a_ready_replica_that_stops_answering_is_not_ready(
 def test_poll_stays_fast_with_20_replicas(tmp_path: Path, run_dir: Path, make) -> None:
     base = model(tmp_path, ready_after_s=0.5)
     sup = make(run_dir)
-    slowest_start = 0.0
+    starts, start_cpu = [], []
     for i in range(20):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         sup.start(spec(base, pod=f"m-v1-{i}"))
-        slowest_start = max(slowest_start, time.perf_counter() - t0)
-    durations = []
+        starts.append(time.perf_counter() - t0)
+        start_cpu.append(time.thread_time() - c0)
+    durations, cpu = [], []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         replicas = sup.poll()
         durations.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
         if all(r.phase == Phase.READY for r in replicas):
             break
         time.sleep(0.05)
     assert all(r.phase == Phase.READY for r in replicas), replicas
-    assert slowest_start < 0.1, slowest_start
-    assert max(durations) < 0.1, max(durations)
+    # As in the crash-loop test below: the supervisor's own work (CPU) is bounded tightly;
+    # wall time also holds waiting on fork/exec while 20 processes start on 2 shared cores
+    # (CI saw a 117 ms poll there), so its median is bounded tightly and its worst loosely.
+    median_start = sorted(starts)[len(starts) // 2]
+    assert max(start_cpu) < 0.05 and median_start < 0.1 and max(starts) < 0.25, starts
+    median = sorted(durations)[len(durations) // 2]
+    assert max(cpu) < 0.03 and median < 0.1 and max(durations) < 0.25, (max(cpu), durations)
 
 
 def test_poll_stays_fast_while_20_replicas_crash_loop(tmp_path: Path, run_dir: Path, make) -> None:
