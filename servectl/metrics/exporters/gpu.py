@@ -4,8 +4,10 @@ Per GPU, on every scrape:
 
 - ``DCGM_FI_DEV_GPU_UTIL`` (gauge, percent of the last sample period the device was busy,
   ``nvmlDeviceGetUtilizationRates().gpu``);
-- ``DCGM_FI_DEV_FB_USED`` (gauge, MiB of framebuffer used, ``nvmlDeviceGetMemoryInfo().used``
-  / 2**20);
+- ``DCGM_FI_DEV_FB_USED`` (gauge, MiB of framebuffer used by allocations, as nvidia-smi's
+  ``memory.used`` and dcgm-exporter report it: ``nvmlDeviceGetMemoryInfo_v2().used`` / 2**20,
+  which leaves out the memory the driver reserves; drivers without the v2 call give the v1
+  ``used``, which counts it);
 
 labelled ``gpu`` (NVML index), ``UUID``, ``modelName``, ``Hostname`` and, for each replica with
 a process on the device, ``namespace, pod, container``: one series per (device, replica), each
@@ -198,6 +200,7 @@ class GpuCollector(Collector):
         self._warn = warn
         self._warned: set[str] = set()
         self._last_seen: dict[str, int] = {}  # per device UUID, for process samples
+        self._memory_v2 = getattr(self.nvml, "nvmlMemory_v2", None)  # None: v1 only
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -286,10 +289,31 @@ class GpuCollector(Collector):
             uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
             model=_text(nvml.nvmlDeviceGetName(handle)),
             util_percent=float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-            fb_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20,
+            fb_used_mib=self._fb_used_bytes(handle) / 2**20,
         )
         reading.pids = self._device_pids(index, handle)
         return reading
+
+    def _fb_used_bytes(self, handle: Any) -> int:
+        """Bytes allocated on the device, without the driver's reserve where NVML can say.
+
+        The v1 ``nvmlDeviceGetMemoryInfo`` counts the driver's reserved memory as used (about
+        615 MiB on an H200 with driver 580, with nothing running); nvidia-smi and
+        dcgm-exporter read the v2 call, whose ``used`` leaves it out. A driver or binding
+        without v2 falls back to v1 for good.
+        """
+        nvml = self.nvml
+        if self._memory_v2 is not None:
+            try:
+                return int(nvml.nvmlDeviceGetMemoryInfo(handle, version=self._memory_v2).used)
+            except nvml.NVMLError as exc:
+                if not any(
+                    _is(exc, nvml, name)
+                    for name in ("FunctionNotFound", "NotSupported", "ArgumentVersionMismatch")
+                ):
+                    raise
+                self._memory_v2 = None
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
 
     def _device_pids(self, index: int, handle: Any) -> list[int]:
         nvml = self.nvml

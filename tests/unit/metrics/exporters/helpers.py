@@ -91,6 +91,10 @@ class NVMLError_NotFound(NVMLError):
     value = 6
 
 
+class NVMLError_FunctionNotFound(NVMLError):
+    value = 13
+
+
 class NVMLError_GpuIsLost(NVMLError):
     value = 15
 
@@ -101,6 +105,7 @@ class FakeDevice:
     name: str | bytes = "NVIDIA H100 80GB HBM3"
     util: int = 0
     used_bytes: int = 0
+    reserved_bytes: int = 0  # the driver's; v1 counts it as used, v2 does not
     compute: list[int] = field(default_factory=list)
     graphics: list[int] = field(default_factory=list)
     # (pid, timeStamp, smUtil) samples, or the error nvmlDeviceGetProcessUtilization raises
@@ -117,10 +122,19 @@ class FakeNVML:
     NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    nvmlMemory_v2 = 0x2000028  # pynvml's value
 
-    def __init__(self, devices: list[FakeDevice], init_error: NVMLError | None = None) -> None:
+    def __init__(
+        self,
+        devices: list[FakeDevice],
+        init_error: NVMLError | None = None,
+        memory_v2: bool = True,
+    ) -> None:
         self.devices = devices
         self.init_error = init_error
+        self.memory_v2 = memory_v2  # False: an old driver without nvmlDeviceGetMemoryInfo_v2
+        self.memory_calls: list[int | None] = []
         self.initialised = 0
         self.util_calls: list[tuple[str, int]] = []
 
@@ -150,8 +164,17 @@ class FakeNVML:
     def nvmlDeviceGetUtilizationRates(self, h: FakeDevice) -> SimpleNamespace:
         return SimpleNamespace(gpu=h.util, memory=0)
 
-    def nvmlDeviceGetMemoryInfo(self, h: FakeDevice) -> SimpleNamespace:
-        return SimpleNamespace(used=h.used_bytes, total=80 * 2**30, free=0)
+    def nvmlDeviceGetMemoryInfo(self, h: FakeDevice, version: int | None = None) -> SimpleNamespace:
+        self.memory_calls.append(version)
+        total = 80 * 2**30
+        if version is None:
+            used = h.used_bytes + h.reserved_bytes
+            return SimpleNamespace(used=used, total=total, free=total - used)
+        if not self.memory_v2:
+            raise NVMLError_FunctionNotFound()
+        assert version == self.nvmlMemory_v2
+        free = total - h.used_bytes - h.reserved_bytes
+        return SimpleNamespace(used=h.used_bytes, reserved=h.reserved_bytes, total=total, free=free)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeDevice) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in h.compute]

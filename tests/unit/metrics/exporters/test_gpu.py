@@ -72,6 +72,27 @@ def test_two_devices_one_used_by_a_replica_one_idle() -> None:
     assert nvml.initialised == 0
 
 
+def test_memory_used_leaves_out_the_drivers_reserve_as_nvidia_smi_does() -> None:
+    # On an H200 (driver 580) the v1 call said 1338 MiB used where nvidia-smi said 723: v1
+    # counts the driver's ~615 MiB reserve. The v2 call's `used` is nvidia-smi's figure.
+    devices = [FakeDevice("GPU-0", used_bytes=723 * 2**20, reserved_bytes=615 * 2**20)]
+    collector, nvml, warnings = make(devices)
+    _, series = collect(collector)
+    assert samples_named(series, names.DCGM_FB_USED) == {label_set(**dev(0)): 723.0}
+    assert nvml.memory_calls == [nvml.nvmlMemory_v2]
+    assert warnings == []
+
+
+def test_a_driver_without_the_v2_memory_call_falls_back_to_v1_once_for_all() -> None:
+    devices = [FakeDevice("GPU-0", used_bytes=723 * 2**20, reserved_bytes=615 * 2**20)]
+    nvml = FakeNVML(devices, memory_v2=False)
+    collector = GpuCollector(None, nvml=nvml, hostname="node-a", warn=lambda m: None)
+    for _ in range(2):
+        _, series = collect(collector)
+        assert samples_named(series, names.DCGM_FB_USED) == {label_set(**dev(0)): 1338.0}
+    assert nvml.memory_calls == [nvml.nvmlMemory_v2, None, None]  # v2 asked for once
+
+
 def test_a_shared_device_has_one_series_per_replica_with_the_device_value() -> None:
     devices = [
         FakeDevice(
