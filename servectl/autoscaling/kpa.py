@@ -22,7 +22,8 @@ What it reproduces (read from knative/serving, rewritten here):
 
   where target = max(0.01, per-pod target x target utilization 0.7)
   (``resources.ResolveMetricTarget``). Then an optional scale-down delay (max over the
-  delay window) and the min/max bounds (``kpa/scaler.go``, ``applyBounds``).
+  delay window, reachable or not) and the min/max bounds (``kpa/scaler.go``,
+  ``applyBounds``; min-scale only while the revision is reachable, ``ScaleBounds``).
   No data for a whole stable window: no decision (the scale stays where it is).
 
 Worked example: target 10 (effective 7), 4 ready pods, 60 s at 28 in flight then a
@@ -63,6 +64,10 @@ class KPAConfig:
     soft target); the decider aims at ``target x target_utilization``.
     ``container_concurrency`` (0: unlimited) caps ``target`` like Knative does.
     Scale-to-zero is not modelled: ``min_scale`` below 1 behaves as 1.
+    ``reachable=False`` is a revision that no route sends traffic to
+    (``Reachability: Unreachable``): the decider drops the max-scale-down-rate floor
+    (``Scale``) and the reconciler ignores ``min_scale`` (``PodAutoscaler.ScaleBounds``);
+    the scale-down delay still applies, as upstream.
     """
 
     target: float
@@ -288,6 +293,9 @@ class KPAPolicy:
             else:
                 reason = Reason.SIGNAL
 
+        # Upstream records into the delay window whenever a delay is set, reachable or
+        # not (Scale has no reachability test here; its TestAutoscalerScaleDownDelay runs
+        # with Reachable unset), so neither do we.
         if cfg.scale_down_delay_s > 0:
             index = now // math.floor(cfg.tick_s)
             size = math.ceil(cfg.scale_down_delay_s / cfg.tick_s)
@@ -306,12 +314,13 @@ class KPAPolicy:
                 detail += f"; scale-down delayed {cfg.scale_down_delay_s} s: {desired} -> {delayed}"
                 reason, desired = Reason.STABILIZING, delayed
 
-        bounded = _apply_bounds(max(cfg.min_scale, 1), cfg.max_scale, desired)
+        # ScaleBounds: min-scale counts only while the revision is reachable; below 1
+        # it is 1 (no scale-to-zero here).
+        low = max(cfg.min_scale if cfg.reachable else 0, 1)
+        bounded = _apply_bounds(low, cfg.max_scale, desired)
         if bounded != desired:
             reason = Reason.AT_MIN if bounded > desired else Reason.AT_MAX
-            detail += (
-                f"; bounded to [{max(cfg.min_scale, 1)}, {cfg.max_scale or 'inf'}] -> {bounded}"
-            )
+            detail += f"; bounded to [{low}, {cfg.max_scale or 'inf'}] -> {bounded}"
         decision = Decision(bounded, reason, "concurrency", detail, bounded, proposals)
         return decision, new_state()
 

@@ -246,6 +246,60 @@ def test_scale_down_delay() -> None:
     assert first_drop - undelayed_drop == 4
 
 
+@pytest.mark.parametrize("reachable", [True, False], ids=["reachable", "unreachable"])
+def test_scale_down_delay_applies_whether_or_not_reachable(reachable: bool) -> None:
+    # autoscaler.go Scale records into the delay window whenever ScaleDownDelay > 0;
+    # reachability only lifts the max-scale-down-rate floor. Upstream's
+    # TestAutoscalerScaleDownDelay (target 10, MaxScaleDownRate 10, PanicThreshold 100,
+    # ScaleDownDelay 5 min) runs with Reachable unset, i.e. unreachable, and still waits.
+    p = policy(
+        target=10.0,
+        target_utilization=1.0,
+        max_scale_down_rate=10.0,
+        panic_threshold_percentage=10_000.0,
+        scale_down_delay_s=300,
+        stable_window_s=6,
+        reachable=reachable,
+    )
+    decisions, _ = run(p, step(40.0, 0.0, T0 + 19), 162, ready=4)
+    by_time = {round(T0 + i * 2.0): d for i, d in enumerate(decisions)}
+    # 4 pods up to T0+18 (the last tick whose 6 s average is 40).
+    assert all(by_time[round(T0 + s)].replicas == 4 for s in range(0, 20, 2))
+    # From T0+20 the decider wants 3, 2, then 0, but the 300 s window (150 two-second
+    # buckets) keeps the 4 recorded at T0+18 until T0+316.
+    held = [by_time[round(T0 + s)] for s in range(20, 318, 2)]
+    assert {d.replicas for d in held} == {4}
+    assert {d.reason for d in held} == {Reason.STABILIZING}
+    # Then each lower count scrolls out in turn: 3 (T0+20), 2 (T0+22), 0 -> min 1.
+    assert [by_time[round(T0 + s)].replicas for s in (318, 320, 322)] == [3, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("reachable", "value", "expected", "reason"),
+    [
+        # PodAutoscaler.ScaleBounds: min-scale is ignored for an unreachable revision.
+        pytest.param(True, 0.0, 3, Reason.AT_MIN, id="reachable-idle"),
+        pytest.param(False, 0.0, 1, Reason.AT_MIN, id="unreachable-idle"),
+        pytest.param(True, 14.0, 3, Reason.AT_MIN, id="reachable-load"),
+        # 14 in flight on 1 pod: ceil(14 / 7) = 2 pods, 2 / 1 >= 200 %: panic, no bound.
+        pytest.param(False, 14.0, 2, Reason.PANIC, id="unreachable-load"),
+    ],
+)
+def test_min_scale_only_while_reachable(
+    reachable: bool, value: float, expected: int, reason: Reason
+) -> None:
+    p = policy(min_scale=3, max_scale=10, reachable=reachable)
+    decisions, _ = run(p, steady(value), 1, ready=1)
+    assert (decisions[0].replicas, decisions[0].reason) == (expected, reason)
+
+
+def test_unreachable_drops_without_the_rate_limit() -> None:
+    # Scale: maxScaleDown = floor(ready / 2) only when Reachable; otherwise 0.
+    quiet = calm(policy(reachable=False), 0.0, 10)
+    decisions, _ = run(policy(reachable=False), steady(0.0), 1, ready=10, state=quiet)
+    assert (decisions[0].replicas, decisions[0].reason) == (1, Reason.AT_MIN)
+
+
 def test_two_decisions_in_one_delay_bucket_keep_the_larger() -> None:
     # max.window Record, step 2b: a second record in the same bucket keeps the max.
     p = policy(scale_down_delay_s=10)
