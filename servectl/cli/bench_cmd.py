@@ -130,6 +130,35 @@ def bench(
     repeat: Annotated[
         int, typer.Option(min=3, help="With --metrics: snapshots timed per case.")
     ] = 15,
+    frontier: Annotated[
+        bool,
+        typer.Option(
+            "--frontier",
+            help=(
+                "Instead: sweep every policy over the knobs a user would tune (hpa: CPU "
+                "target 40-90 %; kpa: target utilization 0.5-0.9 x panic threshold "
+                "150/200/400 %; servectl: CPU target 50-90 %) on every trace, and judge "
+                "servectl's default against each baseline's best configuration at its cost. "
+                "Writes one plot per routing to --plot-dir. ~25 runs per trace and routing."
+            ),
+        ),
+    ] = False,
+    plot_dir: Annotated[
+        Path,
+        typer.Option("--plot-dir", help="With --frontier: where the PNGs go (created if missing)."),
+    ] = Path("out/frontier"),
+    jobs: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --frontier: parallel simulations (default: CPU count)."),
+    ] = None,
+    minutes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="With --frontier: only each trace's first N minutes (a quick look; the "
+            "published figures use whole traces).",
+        ),
+    ] = None,
 ) -> None:
     """Run every trace of the standard suite through every policy and compare.
 
@@ -150,12 +179,13 @@ def bench(
       servectl bench --traces step,spike --policies servectl,kpa
       servectl bench --routing both -o json > bench.jsonl
       servectl bench --rollouts --routing least-request
+      servectl bench --frontier --routing both     # every baseline tuned, and plotted
       servectl bench --local                       # the local runtime, measured
       servectl bench --local --parts router,controller --services 20
     """
     from servectl.backends.sim import bench as sim_bench
     from servectl.cli import format as fmt
-    from servectl.sim import suite, traces
+    from servectl.sim import suite
 
     output = console.resolve(output, as_json)
     if micro:
@@ -167,22 +197,16 @@ def bench(
     if local:
         _local_bench(parts, services or 50, ticks, output)
         return
+    if frontier:
+        _frontier_bench(traces_opt, policies_opt, seed, routing, plot_dir, jobs, minutes, output)
+        return
     if rollouts:
         for choice in routing.choices():
             _rollout_bench(traces_opt, policies_opt, seed, output, choice)
         _routing_note(routing, output)
         return
     svc = suite.service()
-    suite_traces = traces.standard_suite(seed)
-    if traces_opt:
-        wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
-        known = {t.name for t in suite_traces}
-        unknown = [t for t in wanted if t not in known]
-        if unknown:
-            raise fail(
-                f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
-            )
-        suite_traces = [t for t in suite_traces if t.name in wanted]
+    suite_traces = _suite_traces(traces_opt, seed)
     try:
         factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
     except ValueError as exc:
@@ -214,6 +238,103 @@ def bench(
                 summary_header,
                 summary_rows,
             )
+    _routing_note(routing, output)
+
+
+def _suite_traces(traces_opt: str | None, seed: int) -> list[Any]:
+    from servectl.sim import traces
+
+    suite_traces = traces.standard_suite(seed)
+    if not traces_opt:
+        return suite_traces
+    wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
+    known = {t.name for t in suite_traces}
+    unknown = [t for t in wanted if t not in known]
+    if unknown:
+        raise fail(
+            f"--traces: unknown {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
+        )
+    return [t for t in suite_traces if t.name in wanted]
+
+
+def _frontier_bench(
+    traces_opt: str | None,
+    policies_opt: str,
+    seed: int,
+    routing: Routing,
+    plot_dir: Path,
+    jobs: int | None,
+    minutes: int | None,
+    output: Output,
+) -> None:
+    from servectl.backends.sim import frontier as fr
+    from servectl.sim import suite, traces
+
+    names = [p.strip() for p in policies_opt.split(",") if p.strip() and p.strip() != "oracle"]
+    try:
+        specs = fr.grid(names)
+    except ValueError as exc:
+        raise fail(f"--policies: {exc}") from exc
+    suite_traces = _suite_traces(traces_opt, seed)
+    if minutes is not None:
+        suite_traces = [traces.truncate(t, minutes * 60) for t in suite_traces]
+    choices = routing.choices()
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--plot-dir: cannot create {plot_dir}: {exc.strerror or exc}") from exc
+    began = time.monotonic()
+
+    def progress(point: fr.Point, index: int, total: int) -> None:
+        if not output.machine:
+            err.print(
+                f"[{index}/{total} {time.monotonic() - began:4.0f} s] {point.routing} "
+                f"{point.trace} × {point.label}: SLO {100 * point.slo_attainment:.4f}%, "
+                f"{point.replica_seconds:,.0f} replica·s",
+                highlight=False,
+                markup=False,
+            )
+
+    points = fr.run_frontier(suite_traces, specs, choices, seed=seed, jobs=jobs, progress=progress)
+    records: list[dict[str, Any]] = [p.to_record() for p in points]
+    for choice in choices:
+        mine = [p for p in points if p.routing == choice.value]
+        verdicts = fr.verdicts(mine)
+        records += [v.to_record() for v in verdicts]
+        summaries = fr.suite_summaries(mine)
+        records += [s.to_record() for s in summaries]
+        plot: Path | None = plot_dir / f"frontier-{choice.value}.png"
+        try:
+            fr.plot_frontiers(mine, str(plot), suite.service().slo_ms)
+        except ImportError:
+            plot = None
+            err.print("no plot: matplotlib is not installed (pip install 'servectl[plot]')")
+        if output.machine:
+            continue
+        if output is Output.WIDE:
+            header, rows = fr.point_rows(mine)
+            console.print_table(
+                f"every configuration ({ROUTING_WORDS[choice.value]})", header, rows
+            )
+        header, rows = fr.verdict_rows(verdicts)
+        console.print_table(
+            f"servectl's default against each baseline's frontier ({ROUTING_WORDS[choice.value]})",
+            header,
+            rows,
+        )
+        for s in summaries:
+            err.print(
+                f"suite ({ROUTING_WORDS[choice.value]}): servectl {s.servectl_replica_seconds:,.0f}"
+                f" replica·s = {s.oracle_ratio:.2f}x the oracle; SLO at or above every baseline"
+                f" configuration on {s.traces_at_or_above_best_baseline_slo} of {s.traces}"
+                f" traces{' (behind on ' + ', '.join(s.behind) + ')' if s.behind else ''}",
+                highlight=False,
+                markup=False,
+            )
+        if plot is not None:
+            err.print(f"plot: {plot}", highlight=False, markup=False)
+    if output.machine:
+        console.emit(output, title="frontier", header=[], rows=[], records=records)
     _routing_note(routing, output)
 
 
