@@ -23,13 +23,19 @@ def _load_trace(name: str | None, csv: Path | None, seed: int, minutes: float | 
         except (OSError, ValueError) as exc:
             raise fail(f"--csv {csv}: {exc}") from exc
     else:
-        suite = {t.name: t for t in traces.standard_suite(seed)}
         chosen = name or "diurnal"
-        if chosen not in suite:
+        known: list[str] = []
+        # Built one suite at a time: the forecasting suite holds four real-time days.
+        for build in (traces.standard_suite, traces.production_suite, traces.forecast_suite):
+            suite = {t.name: t for t in build(seed)}
+            if chosen in suite:
+                trace = suite[chosen]
+                break
+            known += suite
+        else:
             raise fail(
-                f"--trace {chosen!r}: unknown; choose one of {', '.join(suite)} or --csv FILE"
+                f"--trace {chosen!r}: unknown; choose one of {', '.join(known)} or --csv FILE"
             )
-        trace = suite[chosen]
     if minutes is not None:
         if minutes * 60 < 1:
             raise fail(f"--minutes {minutes:g}: simulate at least one second, e.g. --minutes 5")
@@ -41,7 +47,10 @@ def simulate(
     trace_name: Annotated[
         str | None,
         typer.Option(
-            "--trace", help="A standard trace: steady_noisy, step, spike, ramp, diurnal, bursty."
+            "--trace",
+            help="A built-in trace. Standard: steady_noisy, step, spike, ramp, diurnal, "
+            "bursty. Production-shaped: flash_crowd, heavy_tailed, slow_ramp, business_day. "
+            "Multi-day (forecasting): week_business, week_compressed.",
         ),
     ] = None,
     csv: Annotated[

@@ -18,6 +18,8 @@ SNAPSHOT = "docs/examples/snapshot.json"
 POLICY_FILES = sorted((REPO / "policies").glob("*.yaml"))
 EXAMPLES = sorted((REPO / "deploy" / "examples").glob("*.yaml"))
 TRACES = ("steady_noisy", "step", "spike", "ramp", "diurnal", "bursty")
+PRODUCTION_TRACES = ("flash_crowd", "heavy_tailed", "slow_ramp", "business_day")
+FORECAST_TRACES = ("week_business", "week_compressed")
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -42,7 +44,10 @@ def test_app_help_lists_the_commands() -> None:
 @pytest.mark.parametrize(
     ("command", "mentions"),
     [
-        (["simulate"], ["--trace", "--csv", "--policy", "--compare", "--plot", "--minutes"]),
+        (
+            ["simulate"],
+            ["--trace", "--csv", "--policy", "--compare", "--plot", "--minutes", "flash_crowd"],
+        ),
         (["bench"], ["--traces", "--policies", "--seed", "--json", "--micro"]),
         (["policy"], ["eval", "test", "list"]),
         (
@@ -99,9 +104,20 @@ def test_simulate_unknown_trace_lists_the_valid_ones() -> None:
     assert result.exit_code == 2
     message = flat(result.stderr)
     assert "--trace 'nope': unknown" in message
-    for name in TRACES:
+    for name in TRACES + PRODUCTION_TRACES + FORECAST_TRACES:
         assert name in message
     assert "--csv FILE" in message
+
+
+@pytest.mark.parametrize("name", ["flash_crowd", "business_day", "week_compressed"])
+def test_simulate_selects_the_newer_suites_traces_by_name(name: str) -> None:
+    result = servectl(
+        "simulate", "--trace", name, "--minutes", "1", "--policy", "oracle", "--compare", "",
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [(r["trace"], r["policy"], r["duration_s"]) for r in records] == [(name, "oracle", 60)]
 
 
 def test_simulate_unknown_policy_lists_the_valid_ones() -> None:
