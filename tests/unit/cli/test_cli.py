@@ -226,6 +226,62 @@ def test_bench_unknown_names_list_the_valid_ones(args: list[str], says: str) -> 
     assert says in flat(result.stderr)
 
 
+def test_bench_frontier_judges_servectl_against_each_baseline_and_plots(
+    short_suite: None, tmp_path: Path
+) -> None:
+    plots = tmp_path / "plots"
+    result = servectl(
+        "bench",
+        "--frontier",
+        "--traces",
+        "spike",
+        "--policies",
+        "servectl,hpa",
+        "--routing",
+        "both",
+        "--jobs",
+        "1",
+        "--plot-dir",
+        str(plots),
+    )
+    assert result.exit_code == 0, result.output
+    tables = flat(result.stdout)
+    assert "against each baseline's frontier (round robin)" in tables
+    assert "against each baseline's frontier (least request)" in tables
+    assert "hpa cpu 40%" in flat(result.stderr)  # progress names each configuration
+    assert "x the oracle" in flat(result.stderr)
+    for routing in ("round_robin", "least_request"):
+        assert (plots / f"frontier-{routing}.png").stat().st_size > 10_000
+    as_json = servectl(
+        "bench",
+        "--frontier",
+        "--traces",
+        "spike",
+        "--policies",
+        "hpa",
+        "--minutes",
+        "1",
+        "--jobs",
+        "1",
+        "--plot-dir",
+        str(plots),
+        "-o",
+        "json",
+    )
+    assert as_json.exit_code == 0, as_json.output
+    records = json_lines(as_json.stdout)
+    kinds = [r["kind"] for r in records]
+    # No servectl point was asked for: the points and no verdict.
+    assert kinds == ["point"] * 7 and records[-1]["policy"] == "oracle"
+    assert all(r["requests"] < 20_000 for r in records)  # one minute of ~300 rps, not two
+
+
+def test_bench_frontier_refuses_an_unknown_policy() -> None:
+    result = servectl("bench", "--frontier", "--policies", "servectl,argo")
+    assert result.exit_code == 2
+    assert "--policies: unknown policy 'argo'" in flat(result.stderr)
+
+
 @pytest.fixture
 def fast_micro(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real --micro takes ~11 s (three simulated hours per policy, four policies'
