@@ -33,6 +33,14 @@ class Routing(enum.StrEnum):
         return [model.Routing.ROUND_ROBIN]
 
 
+class Suite(enum.StrEnum):
+    """--suite: which traces the bench runs."""
+
+    STANDARD = "standard"
+    PRODUCTION = "production"
+    ALL = "all"
+
+
 ROUTING_WORDS = {"round_robin": "round robin", "least_request": "least request"}
 
 BACKEND_ROUTING = (
@@ -56,6 +64,17 @@ def bench(
     policies_opt: Annotated[
         str, typer.Option("--policies", help="Comma-separated policies.")
     ] = "servectl,hpa,kpa,oracle",
+    suite_opt: Annotated[
+        Suite,
+        typer.Option(
+            "--suite",
+            help=(
+                "Which traces: standard (six one-hour traces, the published table), "
+                "production (flash crowd, heavy-tailed bursts, slow ramp, business day) or "
+                "all; docs/simulator.md describes each."
+            ),
+        ),
+    ] = Suite.STANDARD,
     seed: Annotated[int, typer.Option(min=0, help="Seed for the suite and the arrivals.")] = 0,
     routing: Annotated[
         Routing,
@@ -198,7 +217,16 @@ def bench(
         _local_bench(parts, services or 50, ticks, output)
         return
     if frontier:
-        _frontier_bench(traces_opt, policies_opt, seed, routing, plot_dir, jobs, minutes, output)
+        _frontier_bench(
+            _suite_traces(traces_opt, seed, suite_opt),
+            policies_opt,
+            seed,
+            routing,
+            plot_dir,
+            jobs,
+            minutes,
+            output,
+        )
         return
     if rollouts:
         for choice in routing.choices():
@@ -206,7 +234,7 @@ def bench(
         _routing_note(routing, output)
         return
     svc = suite.service()
-    suite_traces = _suite_traces(traces_opt, seed)
+    suite_traces = _suite_traces(traces_opt, seed, suite_opt)
     try:
         factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
     except ValueError as exc:
@@ -241,10 +269,14 @@ def bench(
     _routing_note(routing, output)
 
 
-def _suite_traces(traces_opt: str | None, seed: int) -> list[Any]:
+def _suite_traces(traces_opt: str | None, seed: int, which: Suite = Suite.STANDARD) -> list[Any]:
     from servectl.sim import traces
 
-    suite_traces = traces.standard_suite(seed)
+    suite_traces = []
+    if which in (Suite.STANDARD, Suite.ALL):
+        suite_traces += traces.standard_suite(seed)
+    if which in (Suite.PRODUCTION, Suite.ALL):
+        suite_traces += traces.production_suite(seed)
     if not traces_opt:
         return suite_traces
     wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
@@ -258,7 +290,7 @@ def _suite_traces(traces_opt: str | None, seed: int) -> list[Any]:
 
 
 def _frontier_bench(
-    traces_opt: str | None,
+    suite_traces: list[Any],
     policies_opt: str,
     seed: int,
     routing: Routing,
@@ -275,7 +307,6 @@ def _frontier_bench(
         specs = fr.grid(names)
     except ValueError as exc:
         raise fail(f"--policies: {exc}") from exc
-    suite_traces = _suite_traces(traces_opt, seed)
     if minutes is not None:
         suite_traces = [traces.truncate(t, minutes * 60) for t in suite_traces]
     choices = routing.choices()

@@ -187,6 +187,23 @@ def short_suite(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         traces, "standard_suite", lambda seed=0: [traces.truncate(t, 120) for t in full_suite(seed)]
     )
+    production = traces.production_suite
+    monkeypatch.setattr(
+        traces,
+        "production_suite",
+        lambda seed=0: [traces.truncate(t, 120) for t in production(seed)],
+    )
+
+
+def test_bench_suite_picks_the_production_traces_or_all(short_suite: None) -> None:
+    result = servectl("bench", "--suite", "production", "--policies", "hpa", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["trace"] for r in json_lines(result.stdout)] == list(PRODUCTION_TRACES)
+    both = servectl(
+        "bench", "--suite", "all", "--traces", "step,flash_crowd", "--policies", "hpa", "--json"
+    )
+    assert both.exit_code == 0, both.output
+    assert [r["trace"] for r in json_lines(both.stdout)] == ["step", "flash_crowd"]
 
 
 def test_bench_json_prints_one_record_per_trace_and_policy(short_suite: None) -> None:
