@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from servectl.autoscaling.forecast import ForecastConfig
+
 
 class SignalType(enum.StrEnum):
     CPU = "cpu"  # target: utilization percent of the CPU request
@@ -21,6 +23,20 @@ class SignalType(enum.StrEnum):
 class Mode(enum.StrEnum):
     ACTIVE = "active"
     RECOMMEND = "recommend"  # decide and record, never act
+
+
+class Routing(enum.StrEnum):
+    """How the router in front spreads a revision's requests over its replicas.
+
+    The engine sizes a backlog's drain by it: under round robin a queue stays on the
+    replicas it was routed to and each keeps getting its share of new requests, so more
+    replicas drain it faster; under least request new requests go to the emptiest (new)
+    replicas, so the backlogged ones drain at full speed and capacity beyond what takes
+    the new requests drains nothing.
+    """
+
+    ROUND_ROBIN = "round_robin"  # a Kubernetes Service (kube-proxy)
+    LEAST_REQUEST = "least_request"  # HAProxy leastconn, Envoy LEAST_REQUEST
 
 
 class RateType(enum.StrEnum):
@@ -125,3 +141,7 @@ class AutoscalingConfig:
     panic_threshold: float = 2.0
     panic_hold_s: float = 60.0
     threads_per_replica: int = 1  # parallel requests one replica serves (queueing model)
+    routing: Routing = Routing.ROUND_ROBIN  # set by the backend, not the spec
+    # Predictive pre-scaling over the service's own request-rate history (daily and
+    # weekly seasons by default; docs/forecasting.md); None turns it off.
+    forecast: ForecastConfig | None = field(default_factory=ForecastConfig)

@@ -43,9 +43,10 @@ class Decision:
     detail: str = ""
     recommended: int | None = None
     proposals: Mapping[str, float] = field(default_factory=dict)
+    forecast: str | None = None  # the forecaster's state in words, when it is on
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "replicas": self.replicas,
             "recommended": self.replicas if self.recommended is None else self.recommended,
             "reason": self.reason.value,
@@ -53,3 +54,6 @@ class Decision:
             "detail": self.detail,
             "proposals": {k: round(v, 4) for k, v in self.proposals.items()},
         }
+        if self.forecast is not None:
+            doc["forecast"] = self.forecast
+        return doc

@@ -29,7 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.autoscaling import behavior, cel_policy, config, queueing, signals, windows
+from servectl.autoscaling import (
+    behavior,
+    cel_policy,
+    config,
+    forecast,
+    queueing,
+    signals,
+    windows,
+)
 from servectl.autoscaling.decision import Decision, Reason
 from servectl.autoscaling.policy import State
 from servectl.autoscaling.snapshot import Snapshot
@@ -67,6 +75,11 @@ MIN_LATENCY_SAMPLES = 200.0
 #: A proposal above this (or infinite: huge signals overflow a double) is this: it asks
 #: for as many replicas as the rails allow either way, and stays printable.
 MAX_PROPOSAL = 1e15
+#: Behind least-request routing an overload is sized at the backlogged (ready) replicas
+#: plus this many times the load's own need beside them: the first ticks of an overload
+#: see the arrival rate through one scrape of queue growth and under-estimate it, and a
+#: cold start is too long to order twice (docs/benchmarks.md: 1, 1.5, 2 and 3 compared).
+LEAST_REQUEST_HEADROOM = 2.0
 
 
 def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
@@ -107,6 +120,12 @@ class EnginePolicy:
         self._latency_target = next(
             (t for t in cfg.signals if t.type is config.SignalType.LATENCY), None
         )
+        # The forecast history as stored in the state is plain JSON (its bucket means a
+        # list), so a checkpoint round-trips to an equal state. Validating a loaded list
+        # costs ~0.2 ms; these memos (by identity, of what this policy itself returned)
+        # skip it tick to tick. A pure function's cache: same input, same output.
+        self._history_memo: tuple[object, forecast.History] | None = None
+        self._means_memo: tuple[object, list[float | None]] | None = None
 
     @property
     def name(self) -> str:
@@ -191,7 +210,73 @@ class EnginePolicy:
             "service_s": service_s,
             "wait_budget_s": budget_s,
         }
+        if cfg.forecast is not None:
+            history = self._load_history(state.get("forecast"), cfg.forecast)
+            if sig.rps is not None:
+                history = forecast.observe(history, cfg.forecast, now, sig.rps, dt)
+            new_state["forecast"] = self._store_history(history)
         return demand, new_state
+
+    def _load_history(self, raw: object, fcfg: forecast.ForecastConfig) -> forecast.History:
+        memo = self._history_memo
+        if memo is not None and raw is memo[0]:
+            return memo[1]
+        return forecast.from_state(raw, fcfg)
+
+    def _store_history(self, history: forecast.History) -> dict[str, Any]:
+        """The history as JSON-shaped state (a list of means, shared while unchanged)."""
+        means = history["means"]
+        memo = self._means_memo
+        if memo is not None and memo[0] is means:
+            as_list = memo[1]
+        else:
+            as_list = list(means)
+            self._means_memo = (means, as_list)
+        doc: dict[str, Any] = {**history, "means": as_list}
+        self._history_memo = (doc, history)
+        return doc
+
+    def _forecast_proposal(
+        self, snap: Snapshot, demand: signals.Demand, state: State
+    ) -> tuple[signals.Proposal | None, str | None]:
+        """What the configured signals ask for at the rate the forecast expects over the
+        next cold start, when that is above the rate they already project; and the
+        forecaster's state in words (None when forecasting is off)."""
+        cfg = self.config
+        if cfg.forecast is None:
+            return None, None
+        horizon = cfg.cold_start_s + cfg.period_s
+        stored = state.get("forecast")
+        if stored is None:
+            return None, "off: no request rate observed yet"
+        history = self._load_history(stored, cfg.forecast)
+        seen = forecast.forecast(history, cfg.forecast, snap.time, horizon)
+        note = seen.reason
+        expected = seen.rate_rps
+        now_rate = demand.projected_rate
+        if expected is None or now_rate is None or demand.rate is None:
+            return None, note
+        note = f"{expected:.0f} req/s expected within {horizon:.0f} s ({seen.reason})"
+        if expected <= now_rate:
+            return None, note
+        ahead = dataclasses.replace(demand, projected_rate=expected)
+        best: signals.Proposal | None = None
+        for target in cfg.signals:
+            if target.type is config.SignalType.GPU:
+                continue  # duty cycle is not a function of the rate the engine models
+            prop = _usable(signals.propose(target, snap, ahead, cfg.max_replicas))
+            if prop is not None and (best is None or prop.replicas > best.replicas):
+                best = prop
+        if best is None:
+            return None, note
+        return (
+            signals.Proposal(
+                "forecast",
+                best.replicas,
+                f"forecast: {note}; {best.signal} at that rate: {best.detail}",
+            ),
+            note,
+        )
 
     def _overload_rate(
         self,
@@ -344,6 +429,12 @@ class EnginePolicy:
             )
         if backlog is not None and proposals:
             proposals[backlog.signal] = backlog
+        # The reactive ask (signals and backlog) decides panic; the forecast only ever adds
+        # capacity on top of it, inside the rails (never a panic of its own).
+        reactive = max((p.replicas for p in proposals.values()), default=None)
+        ahead, forecast_note = self._forecast_proposal(snap, demand, state)
+        if ahead is not None and proposals and reactive is not None and ahead.replicas > reactive:
+            proposals[ahead.signal] = ahead
         raw = {name: p.replicas for name, p in proposals.items()}
         panic_until = float(state.get("panic_until", -math.inf))
 
@@ -360,8 +451,9 @@ class EnginePolicy:
                 desired, reason = current, Reason.WITHIN_TOLERANCE
                 detail = f"{best.detail}; within {cfg.tolerance:.0%} of {current}: hold"
             overloaded = backlog is not None
-            surge = ready > 0 and wanted >= cfg.panic_threshold * ready
-            if wanted > current and (overloaded or surge or ready == 0):
+            asked = max(math.ceil((reactive or 0.0) - 1e-9), 0)
+            surge = ready > 0 and asked >= cfg.panic_threshold * ready
+            if asked > current and (overloaded or surge or ready == 0):
                 if now >= panic_until:
                     panics.append(now)
                 panic_until = now + cfg.panic_hold_s
@@ -469,6 +561,7 @@ class EnginePolicy:
                 detail=detail,
                 recommended=result,
                 proposals=raw,
+                forecast=forecast_note,
             ),
             new_state,
         )
@@ -510,13 +603,28 @@ class EnginePolicy:
             0.7,
         )
         replicas = cores / (demand.request_cores * utilization)
-        return signals.Proposal(
-            "backlog",
-            replicas,
+        detail = (
             f"overloaded: {queued:.0f} requests queued when capacity lands in "
             f"{until_capacity:.0f} s; ({rate:.0f} req/s + drain in {DRAIN_S:.0f} s) x "
-            f"{service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}",
+            f"{service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}"
         )
+        if self.config.routing is config.Routing.LEAST_REQUEST:
+            # Least request sends new requests to the emptiest replicas: the backlogged
+            # ones (those ready now) get none until they have drained, at full speed,
+            # whatever else runs. Capacity for the load beside them is all that helps.
+            beside = snap.replicas.ready + LEAST_REQUEST_HEADROOM * rate * service_s / (
+                demand.request_cores * utilization
+            )
+            if beside < replicas:
+                replicas = beside
+                detail = (
+                    f"overloaded: {queued:.0f} requests queued on the {snap.replicas.ready} "
+                    f"ready replicas drain there (least request routes new requests "
+                    f"elsewhere); {snap.replicas.ready} + {LEAST_REQUEST_HEADROOM:g} x "
+                    f"{rate:.0f} req/s x {service_s * 1000:.1f} ms at {utilization:.0%} = "
+                    f"{replicas:.2f}"
+                )
+        return signals.Proposal("backlog", replicas, detail)
 
     def _run_custom(
         self,

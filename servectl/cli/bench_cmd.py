@@ -162,6 +162,19 @@ def bench(
             ),
         ),
     ] = False,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help=(
+                "Instead: servectl with and without predictive pre-scaling (beside hpa, kpa "
+                "and the oracle) on the forecasting suite's multi-day traces (--traces: "
+                "week_compressed, the default, nine one-hour days; week_business, four real "
+                "days, ~5 min a policy); per-day SLO and seconds of the morning ramp over the "
+                "SLO, and a timeline plot of one morning ramp in --plot-dir."
+            ),
+        ),
+    ] = False,
     plot_dir: Annotated[
         Path,
         typer.Option("--plot-dir", help="With --frontier: where the PNGs go (created if missing)."),
@@ -198,7 +211,7 @@ def bench(
       servectl bench --traces step,spike --policies servectl,kpa
       servectl bench --routing both -o json > bench.jsonl
       servectl bench --rollouts --routing least-request
-      servectl bench --frontier --routing both     # every baseline tuned, and plotted
+      servectl bench --frontier --routing both     # baselines tuned, plotted
       servectl bench --local                       # the local runtime, measured
       servectl bench --local --parts router,controller --services 20
     """
@@ -215,6 +228,9 @@ def bench(
         return
     if local:
         _local_bench(parts, services or 50, ticks, output)
+        return
+    if forecast:
+        _forecast_bench(traces_opt or "week_compressed", seed, routing, plot_dir, output)
         return
     if frontier:
         _frontier_bench(
@@ -235,8 +251,9 @@ def bench(
         return
     svc = suite.service()
     suite_traces = _suite_traces(traces_opt, seed, suite_opt)
+    names = [p.strip() for p in policies_opt.split(",") if p.strip()]
     try:
-        factories = suite.policies(svc, [p.strip() for p in policies_opt.split(",") if p.strip()])
+        suite.policies(svc, names)
     except ValueError as exc:
         raise fail(f"--policies: {exc}") from exc
 
@@ -245,6 +262,7 @@ def bench(
             err.print(f"[{index}/{total}] {trace} × {policy}", highlight=False, markup=False)
 
     for choice in routing.choices():
+        factories = suite.policies(svc, names, routing=choice)
         records = sim_bench.run_bench(
             suite_traces, factories, svc, seed=seed, progress=progress, routing=choice
         )
@@ -367,6 +385,64 @@ def _frontier_bench(
     if output.machine:
         console.emit(output, title="frontier", header=[], rows=[], records=records)
     _routing_note(routing, output)
+
+
+def _forecast_bench(
+    traces_opt: str, seed: int, routing: Routing, plot_dir: Path, output: Output
+) -> None:
+    from servectl.backends.sim import forecast_bench as fb
+    from servectl.sim import suite, traces
+
+    known = {t.name: t for t in traces.forecast_suite(seed)}
+    wanted = [t.strip() for t in traces_opt.split(",") if t.strip()]
+    unknown = [t for t in wanted if t not in known]
+    if unknown or not wanted:
+        raise fail(
+            f"--traces: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}; with "
+            f"--forecast choose from {', '.join(known)}"
+        )
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--plot-dir: cannot create {plot_dir}: {exc.strerror or exc}") from exc
+    began = time.monotonic()
+
+    def progress(trace: str, policy: str, index: int, total: int) -> None:
+        if not output.machine:
+            err.print(
+                f"[{index}/{total} {time.monotonic() - began:4.0f} s] {trace} × {policy}",
+                highlight=False,
+                markup=False,
+            )
+
+    records: list[dict[str, Any]] = []
+    for choice in routing.choices():
+        runs_records, runs = fb.run_forecast_bench(
+            [known[n] for n in wanted], seed=seed, routing=choice, progress=progress
+        )
+        records += [r.to_record() for r in runs_records]
+        plots = []
+        for name in wanted:
+            # The Monday after the weekend: the daily season alone would be wrong twice.
+            day = 4 if name == "week_compressed" else 1
+            path = plot_dir / f"forecast-{name}-{choice.value}.png"
+            try:
+                fb.plot_ramp(runs, name, day, str(path), suite.service().slo_ms)
+                plots.append(path)
+            except ImportError:
+                err.print("no plot: matplotlib is not installed (pip install 'servectl[plot]')")
+        if output.machine:
+            continue
+        header, rows = fb.table(runs_records)
+        console.print_table(
+            f"forecasting, per trace ({ROUTING_WORDS[choice.value]} within a revision)",
+            header,
+            rows,
+        )
+        for path in plots:
+            err.print(f"plot: {path}", highlight=False, markup=False)
+    if output.machine:
+        console.emit(output, title="forecast", header=[], rows=[], records=records)
 
 
 def _rollout_bench(
@@ -533,6 +609,10 @@ def _micro_bench(output: Output) -> None:
     }
     for label, subject in subjects.items():
         figures[f"decide_us[{label}]"] = round(sim_bench.decision_us(subject), 1)
+    assert cfg.forecast is not None
+    figures["decide_us[servectl, full forecast history]"] = round(
+        sim_bench.decision_us_full_forecast(subjects["servectl"], cfg.forecast), 1
+    )
     console.emit(
         output,
         title="one simulated hour (s) and one decision (µs), medians of 3",

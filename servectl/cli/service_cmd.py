@@ -631,6 +631,8 @@ def explain(
             "proposals: " + ", ".join(f"{k} -> {v:.2f}" for k, v in proposals.items()),
             highlight=False,
         )
+    if decision.get("forecast"):
+        p(f"forecast:  {decision['forecast']}", highlight=False, markup=False)
     p(
         f"decision:  {decision.get('recommended')} replicas ({decision.get('reason')}, "
         f"signal {decision.get('signal')}) {decision.get('detail', '')}",

@@ -7,6 +7,7 @@ every backend call them, so a spec means the same thing everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,13 +99,16 @@ def policy_for(
     library: Mapping[str, models.ScalingPolicy] | None = None,
     *,
     name: str = "servectl",
+    routing: config.Routing = config.Routing.ROUND_ROBIN,
 ) -> policy_mod.Policy:
     """The autoscaling policy ``service`` asks for: servectl's engine with the spec's
     signals, behavior and custom CEL policy, or (``name``) a baseline on the same targets.
+    ``routing`` is how the backend's router spreads a revision's requests (the engine
+    sizes a backlog's drain by it).
 
     Raises :class:`PolicySpecError` naming the field when the policy cannot be built.
     """
-    cfg = service.spec.autoscaling.to_config()
+    cfg = dataclasses.replace(service.spec.autoscaling.to_config(), routing=routing)
     custom = custom_policy(service, library or {})
     if custom is not None and name != "servectl":
         raise PolicySpecError(

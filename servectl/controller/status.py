@@ -8,7 +8,9 @@ Conditions keep their ``lastTransitionTime`` while their status does not change.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from servectl.api import models
 from servectl.controller.backend import Event, EventReason, EventType
@@ -97,6 +99,12 @@ def _rollout(outcome: Outcome, now: float) -> models.RolloutStatus:
     )
 
 
+def _readable(policy_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy state as status shows it: without the forecast's bucket history (~2,300
+    numbers, kept in the loop state the controller checkpoints, not in what users read)."""
+    return {k: v for k, v in policy_state.items() if k != "forecast"}
+
+
 def build(
     observed: Observed,
     outcome: Outcome,
@@ -156,7 +164,9 @@ def build(
         reason=outcome.reason,
         message=message,
         last_scale_time=last_scale,
-        policy_state=outcome.state.policy if isinstance(outcome.state, LoopState) else {},
+        policy_state=_readable(outcome.state.policy)
+        if isinstance(outcome.state, LoopState)
+        else {},
     )
     rollout = _rollout(outcome, now)
 

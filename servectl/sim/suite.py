@@ -31,8 +31,19 @@ def service() -> model.ServiceModel:
     return model.ServiceModel()
 
 
+def engine_routing(routing: model.Routing) -> config.Routing:
+    """What the engine is told about the simulated router: least request, or round robin
+    (random routing does not steer around a backlog either)."""
+    if routing is model.Routing.LEAST_REQUEST:
+        return config.Routing.LEAST_REQUEST
+    return config.Routing.ROUND_ROBIN
+
+
 def autoscaling_config(
-    svc: model.ServiceModel, *, latency: bool = True
+    svc: model.ServiceModel,
+    *,
+    latency: bool = True,
+    routing: model.Routing = model.Routing.ROUND_ROBIN,
 ) -> config.AutoscalingConfig:
     signals: tuple[config.SignalTarget, ...] = (
         config.SignalTarget(config.SignalType.CPU, CPU_TARGET),
@@ -45,6 +56,7 @@ def autoscaling_config(
         signals=signals,
         cold_start_s=svc.cold_start_s,
         threads_per_replica=svc.threads_per_replica,
+        routing=engine_routing(routing),
     )
 
 
@@ -61,9 +73,15 @@ def kpa_config(svc: model.ServiceModel) -> config.AutoscalingConfig:
 PolicyFactory = Callable[[traces.Trace], Policy]
 
 
-def policies(svc: model.ServiceModel, names: list[str] | None = None) -> dict[str, PolicyFactory]:
-    """Factories for the named policies (default: all four), in a stable order."""
-    cfg = autoscaling_config(svc)
+def policies(
+    svc: model.ServiceModel,
+    names: list[str] | None = None,
+    *,
+    routing: model.Routing = model.Routing.ROUND_ROBIN,
+) -> dict[str, PolicyFactory]:
+    """Factories for the named policies (default: all four), in a stable order; servectl
+    is told ``routing`` (the baselines have no such notion)."""
+    cfg = autoscaling_config(svc, routing=routing)
     cpu_only = autoscaling_config(svc, latency=False)
     factories: dict[str, PolicyFactory] = {
         "servectl": lambda _trace: registry.build("servectl", cfg),

@@ -722,8 +722,8 @@ def production_suite(seed: int = 0) -> list[Trace]:
 def forecast_suite(seed: int = 0) -> list[Trace]:
     """Multi-day business-hours traces for forecasting policies (see docs/simulator.md).
 
-    ``week_business``: Monday to Thursday in real time (4 x 86400 s, 40 <-> ~300 rps,
-    ~40 M requests). ``week_compressed``: nine days of 3600 s from a Thursday, so it
+    ``week_business``: Monday to Thursday in real time (4 x 86400 s, 120 <-> ~900 rps,
+    ~170 M requests). ``week_compressed``: nine days of 3600 s from a Thursday, so it
     holds a weekend and the Monday after.
     """
 
@@ -732,14 +732,14 @@ def forecast_suite(seed: int = 0) -> list[Trace]:
 
     return [
         named(
-            diurnal_weekly(40, 300, days=4, day_s=86400, start_weekday=0, seed=seed),
+            diurnal_weekly(120, 900, days=4, day_s=86400, start_weekday=0, seed=seed),
             "week_business",
-            "Monday-Thursday in real time, 40 <-> ~300 rps business days, 3 % day-to-day "
+            "Monday-Thursday in real time, 120 <-> ~900 rps business days, 3 % day-to-day "
             "jitter, 5 % wander and noise",
         ),
         named(
-            diurnal_weekly(40, 300, days=9, day_s=3600, start_weekday=3, seed=seed),
+            diurnal_weekly(120, 900, days=9, day_s=3600, start_weekday=3, seed=seed),
             "week_compressed",
-            "nine days of one hour each from a Thursday (weekend at x0.6), 40 <-> ~300 rps",
+            "nine days of one hour each from a Thursday (weekend at x0.6), 120 <-> ~900 rps",
         ),
     ]

@@ -23,7 +23,7 @@ from servectl.api.models.common import (
     to_snake,
 )
 from servectl.api.models.scalingpolicy import ScalingPolicy
-from servectl.autoscaling import config
+from servectl.autoscaling import config, forecast
 from servectl.autoscaling.policy import UnknownPolicyError
 
 # The target field each signal type carries (and no other).
@@ -249,6 +249,47 @@ def _default_signals() -> list[Signal]:
     ]
 
 
+_FORECAST_DEFAULT = forecast.ForecastConfig()
+
+
+class ForecastSpec(SpecModel):
+    """Predictive pre-scaling: a forecast of the request rate one cold start ahead, learnt
+    from the service's own history (docs/forecasting.md). It only ever adds capacity to
+    what the signals ask for, inside the behavior rails, and stays silent until it has a
+    full season of history and while its recent forecasts are off by more than 35 %."""
+
+    enabled: bool = Field(default=True, description="false: scale on the signals alone.")
+    periods_seconds: list[Annotated[int, Field(ge=600, le=1_209_600)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4,
+        description="Seasons to learn, in seconds (each a whole multiple of the shortest "
+        "/ 288). Omitted: "
+        + " and ".join(f"{p:.0f}" for p in _FORECAST_DEFAULT.periods_s)
+        + " (a day and a week).",
+    )
+
+    @model_validator(mode="after")
+    def _buildable(self) -> Self:
+        try:
+            self.to_config()
+        except ValueError as exc:
+            raise spec_error(
+                str(exc).replace("periods_s", "periodsSeconds"),
+                field=("periodsSeconds",),
+                fix="use periods that are whole multiples of the shortest / 288, e.g. "
+                "[86400, 604800]",
+            ) from None
+        return self
+
+    def to_config(self) -> forecast.ForecastConfig | None:
+        if not self.enabled:
+            return None
+        if self.periods_seconds is None:
+            return _FORECAST_DEFAULT
+        return forecast.ForecastConfig(periods_s=tuple(float(p) for p in self.periods_seconds))
+
+
 class AutoscalingSpec(SpecModel):
     """How many replicas to run, decided from signals and an optional CEL policy."""
 
@@ -292,6 +333,11 @@ class AutoscalingSpec(SpecModel):
         description="Time for a new replica to become ready (engine default "
         f"{config.AutoscalingConfig.cold_start_s:g}s).",
     )
+    forecast: ForecastSpec | None = Field(
+        default=None,
+        description="Omitted: on, learning a day and a week of request rates; the forecast "
+        "pre-scales one cold start ahead and never below what the signals ask for.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -331,6 +377,7 @@ class AutoscalingSpec(SpecModel):
                 if self.cold_start_seconds is None
                 else float(self.cold_start_seconds)
             ),
+            forecast=_FORECAST_DEFAULT if self.forecast is None else self.forecast.to_config(),
         )
 
     @property

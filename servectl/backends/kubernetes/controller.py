@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from servectl.api import models
+from servectl.autoscaling.config import Routing
 from servectl.backends.kubernetes import objects as obj
 from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory, parse, post_event
 from servectl.backends.kubernetes.cache import Informer, Key, key_of
@@ -58,6 +59,15 @@ from servectl.planning.types import Plan, PlanReason, RevisionPlan
 log = logging.getLogger("servectl.kubernetes")
 
 SELECTOR = f"{obj.MANAGED_BY}=servectl"
+
+
+def routing_for(traffic: str) -> Routing:
+    """How requests reach a revision's pods, as the engine sizes for it: Gateway API
+    implementations route least-request by default (Envoy Gateway's LeastRequest, Istio's
+    LEAST_REQUEST); a plain Service (kube-proxy) spreads connections evenly."""
+    if traffic == obj.TrafficProvider.GATEWAY:
+        return Routing.LEAST_REQUEST
+    return Routing.ROUND_ROBIN
 
 
 @dataclass(frozen=True)
@@ -418,7 +428,10 @@ class Controller:
         if cached is not None and cached.generation == generation:
             return cached.loop
         library = self._policies(service.metadata.namespace)
-        loop = reconcile.ServectlLoop(service_spec(service), policy_for(service, library))
+        routing = routing_for(self.config.options.traffic)
+        loop = reconcile.ServectlLoop(
+            service_spec(service), policy_for(service, library, routing=routing)
+        )
         self._deciders[key] = _Decider(generation, loop)
         return loop
 

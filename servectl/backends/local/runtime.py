@@ -43,6 +43,7 @@ from typing import Any
 
 from servectl.api import models
 from servectl.api.models import ConditionStatus
+from servectl.autoscaling import config
 from servectl.autoscaling import policy as policy_mod
 from servectl.backends.local import cgroups
 from servectl.backends.local import router as router_mod
@@ -392,7 +393,10 @@ class Runtime:
             name: models.ScalingPolicy.model_validate(doc)
             for name, doc in (self.store.get_setting("policies") or {}).items()
         }
-        policy: policy_mod.Policy = policy_for(service, library)
+        # HAProxy balances each revision's replicas with leastconn (docs/local-runtime.md).
+        policy: policy_mod.Policy = policy_for(
+            service, library, routing=config.Routing.LEAST_REQUEST
+        )
         loop = reconcile.ServectlLoop(service_spec(service), policy)
         self._deciders[key] = _Decider(generation, loop)
         return loop

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from servectl.autoscaling import decision, policy, snapshot
+from servectl.autoscaling import decision, forecast, policy, snapshot
 from servectl.backends.sim.run import simulate
 from servectl.sim import model
 from servectl.sim import traces as trace_mod
@@ -324,6 +324,37 @@ def decision_us(subject: policy.Policy, *, seconds: int = 600, seed: int = 0) ->
         subject.decide(snap, state)
         timings.append(time.perf_counter() - started)
     return 1e6 * statistics.median(timings) if timings else math.nan
+
+
+def full_forecast_history(cfg: forecast.ForecastConfig, until: float) -> forecast.History:
+    """A history with every bucket observed (a daily wave), ending at ``until``: the
+    forecaster's most expensive case (every period ready, every backtest run)."""
+    history = forecast.empty_history(cfg)
+    start = until - cfg.capacity * cfg.bucket_s
+    for k in range(cfg.capacity + 1):
+        t = start + k * cfg.bucket_s
+        phase = 2 * math.pi * t / min(cfg.periods_s)
+        history = forecast.observe(history, cfg, t, 300.0 + 200.0 * math.sin(phase), cfg.bucket_s)
+    return history
+
+
+def decision_us_full_forecast(
+    subject: policy.Policy, cfg: forecast.ForecastConfig, *, seconds: int = 600, seed: int = 0
+) -> float:
+    """As :func:`decision_us`, each decision handed a full forecast history."""
+    trace = trace_mod.truncate(trace_mod.standard_suite(seed)[4], seconds)
+    capture = _Capture(subject, [])
+    simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
+    if not capture.seen:
+        return math.nan
+    history = full_forecast_history(cfg, capture.seen[0][0].time)
+    timings = []
+    for snap, state in capture.seen:
+        given = {**state, "forecast": history}
+        started = time.perf_counter()
+        subject.decide(snap, given)
+        timings.append(time.perf_counter() - started)
+    return 1e6 * statistics.median(timings)
 
 
 def micro_benchmarks(subject: policy.Policy | None = None, repeats: int = 3) -> dict[str, float]:

@@ -78,10 +78,16 @@ class PointSpec:
         wanted = DEFAULTS.get(self.policy)
         return wanted is not None and dict(self.params) == dict(wanted)
 
-    def build(self, trace: trace_mod.Trace, svc: model.ServiceModel) -> Policy:
+    def build(
+        self,
+        trace: trace_mod.Trace,
+        svc: model.ServiceModel,
+        routing: model.Routing = model.Routing.ROUND_ROBIN,
+    ) -> Policy:
+        """The policy; servectl is told ``routing`` as its backend would tell it."""
         p = dict(self.params)
         if self.policy == SERVECTL:
-            cfg = suite.autoscaling_config(svc)
+            cfg = suite.autoscaling_config(svc, routing=routing)
             signals = tuple(
                 dataclasses.replace(s, target=p["cpu_target"])
                 if s.type is config.SignalType.CPU
@@ -153,7 +159,7 @@ def _run_one(
     started = time.perf_counter()
     result = simulate(
         trace,
-        spec.build(trace, svc),
+        spec.build(trace, svc, routing),
         svc,
         seed=seed,
         min_replicas=1,

@@ -17,6 +17,7 @@ peers are emulated.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,7 +157,8 @@ def controller_factories(
             min_replicas=scenario.min_replicas,
             max_replicas=scenario.max_replicas,
         )
-        return ServectlLoop(service, registry.build("servectl", cfg))
+        told = dataclasses.replace(cfg, routing=suite.engine_routing(scenario.routing))
+        return ServectlLoop(service, registry.build("servectl", told))
 
     def argo(scenario: control.RolloutScenario) -> Decider:
         return peers.ArgoStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from servectl.autoscaling.config import Routing
+from servectl.autoscaling.engine import EnginePolicy
 from servectl.backends.kubernetes import objects as obj
 from servectl.backends.kubernetes.controller import Controller, ControllerConfig
 from servectl.backends.kubernetes.kube import (
@@ -238,10 +240,14 @@ def eventually(check: Callable[[], Any], what: str, timeout_s: float = 45.0) -> 
 
 
 def test_a_modelservice_creates_its_objects_owned_and_labelled(harness: Harness) -> None:
-    harness.controller()
+    running = harness.controller()
     created = harness.create(ms_doc("hpt", harness.namespace))
     uid = created["metadata"]["uid"]
     eventually(lambda: harness.ready_pods("hpt-v1") == 2 or None, "two ready hpt-v1 pods")
+    # Behind the Gateway API routes, the engine sizes a backlog for least-request routing.
+    decider = running.controller._deciders[(harness.namespace, "hpt")].loop
+    assert isinstance(decider.policy, EnginePolicy)
+    assert decider.policy.config.routing is Routing.LEAST_REQUEST
     deps = harness.deployments()
     assert set(deps) == {"hpt-v1"}
     dep = deps["hpt-v1"]

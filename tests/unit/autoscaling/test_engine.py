@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -322,6 +323,40 @@ def test_queue_growth_reveals_the_arrival_rate_before_the_rate_window() -> None:
     expected = (800 * 0.02 + (1010 - 16 + 500 * 30) * 0.02 / engine.DRAIN_S) / 1.4
     assert decision.proposals["backlog"] == pytest.approx(expected, rel=1e-3)
     assert decision.replicas == 50  # max
+
+
+def test_least_request_sizes_for_the_load_beside_the_backlogged_replicas() -> None:
+    # The same overload as above behind a least-request router: the 3 ready replicas keep
+    # their queue and get no new requests until it is gone, draining at full speed however
+    # many replicas are added; what helps is capacity for the 800 req/s beside them, with
+    # the headroom: 3 + 2 x 800 x 20 ms / (2 cores x 70 %) = 25.86, not the 50 round robin
+    # wants.
+    lr = dataclasses.replace(cfg(), routing=config.Routing.LEAST_REQUEST)
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
+    decision, _ = engine.EnginePolicy(lr).decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+    assert decision.reason is Reason.PANIC and decision.signal == "backlog"
+    headroom = engine.LEAST_REQUEST_HEADROOM
+    assert decision.proposals["backlog"] == pytest.approx(3 + headroom * 800 * 0.02 / 1.4, rel=1e-3)
+    assert decision.replicas == 26
+    assert "least request routes new requests elsewhere" in decision.detail
+    # Round robin (the default) still drains by adding replicas.
+    rr, _ = engine.EnginePolicy(cfg()).decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+    assert rr.replicas == 50
+
+
+def test_least_request_never_sizes_a_backlog_above_the_round_robin_drain() -> None:
+    # A small queue: the drain formula asks for less than the ready + load bound, so
+    # least request changes nothing.
+    lr = dataclasses.replace(cfg(), routing=config.Routing.LEAST_REQUEST)
+    # 10 ready replicas at capacity (1000 req/s x 20 ms = 20 cores), 10 requests queued:
+    # (20 + 10 x 20 ms / 2 s) cores / 1.4 = 14.36, under 10 + 2 x 20 / 1.4 = 38.6.
+    snap = _overloaded(1000.0, 10, 10, inflight=30.0, rps=1000.0)
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 30.0]}
+    a, _ = engine.EnginePolicy(lr).decide(snap, dict(state))
+    b, _ = engine.EnginePolicy(cfg()).decide(snap, dict(state))
+    assert a.proposals["backlog"] == pytest.approx((20 + 10 * 0.02 / engine.DRAIN_S) / 1.4)
+    assert a.proposals["backlog"] == b.proposals["backlog"]
+    assert a.replicas == b.replicas and a.detail == b.detail
 
 
 def test_drain_overshoot_is_not_remembered_by_the_scale_down_window() -> None:

@@ -293,6 +293,14 @@ def test_bench_frontier_judges_servectl_against_each_baseline_and_plots(
     assert all(r["requests"] < 20_000 for r in records)  # one minute of ~300 rps, not two
 
 
+def test_bench_forecast_names_the_forecasting_traces_on_a_bad_one(tmp_path: Path) -> None:
+    result = servectl("bench", "--forecast", "--traces", "step", "--plot-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert "--traces: unknown step; with --forecast choose from week_business, " in flat(
+        result.stderr
+    )
+
+
 def test_bench_frontier_refuses_an_unknown_policy() -> None:
     result = servectl("bench", "--frontier", "--policies", "servectl,argo")
     assert result.exit_code == 2
@@ -308,6 +316,7 @@ def fast_micro(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(bench, "speed_check", lambda seconds, rps, seed=0: 2.5)
     monkeypatch.setattr(bench, "decision_us", lambda subject, **kwargs: 42.0)
+    monkeypatch.setattr(bench, "decision_us_full_forecast", lambda *args, **kwargs: 77.0)
     monkeypatch.setattr(sim_run, "simulate", lambda *args, **kwargs: None)
 
 
@@ -325,6 +334,7 @@ def test_bench_micro_json_prints_the_figures(fast_micro: None) -> None:
         "decide_us[servectl+latency-slo (CEL)]": 42.0,
         "decide_us[hpa]": 42.0,
         "decide_us[kpa]": 42.0,
+        "decide_us[servectl, full forecast history]": 77.0,
     }
 
 

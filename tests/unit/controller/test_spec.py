@@ -50,6 +50,15 @@ def test_policy_for_builds_the_engine_with_a_referenced_cel_policy() -> None:
     assert policy.custom.params == {"k": 3}
 
 
+def test_policy_for_tells_the_engine_how_the_backend_routes() -> None:
+    default = policy_for(service())
+    told = policy_for(service(), routing=config.Routing.LEAST_REQUEST)
+    assert isinstance(default, engine.EnginePolicy) and isinstance(told, engine.EnginePolicy)
+    assert default.config.routing is config.Routing.ROUND_ROBIN
+    assert told.config.routing is config.Routing.LEAST_REQUEST
+    assert told.config.signals == default.config.signals  # nothing else changes
+
+
 def test_policy_for_a_baseline_on_the_same_targets() -> None:
     assert isinstance(policy_for(service(), name="hpa"), hpa.HPAPolicy)
 

@@ -399,7 +399,7 @@ def test_forecast_suite() -> None:
     assert [t.name for t in suite] == ["week_business", "week_compressed"]
     week, compressed = suite
     assert week.duration_s == 4 * 86400 and compressed.duration_s == 9 * 3600
-    assert 250 <= week.peak_rps <= 450 and week.rps.min() >= 0
+    assert 750 <= week.peak_rps <= 1350 and week.rps.min() >= 0
     # Thursday start: days 2 and 3 are the weekend, day 4 a Monday.
     per_day = compressed.rps.reshape(9, 3600).mean(axis=1)
     assert max(per_day[2], per_day[3]) < min(per_day[[0, 1, 4, 5, 6, 7, 8]])
