@@ -328,10 +328,7 @@ def _frontier_bench(
     if minutes is not None:
         suite_traces = [traces.truncate(t, minutes * 60) for t in suite_traces]
     choices = routing.choices()
-    try:
-        plot_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"--plot-dir: cannot create {plot_dir}: {exc.strerror or exc}") from exc
+    _make_plot_dir(plot_dir)
     began = time.monotonic()
 
     def progress(point: fr.Point, index: int, total: int) -> None:
@@ -387,6 +384,13 @@ def _frontier_bench(
     _routing_note(routing, output)
 
 
+def _make_plot_dir(plot_dir: Path) -> None:
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--plot-dir: cannot create {plot_dir}: {exc.strerror or exc}") from exc
+
+
 def _forecast_bench(
     traces_opt: str, seed: int, routing: Routing, plot_dir: Path, output: Output
 ) -> None:
@@ -401,10 +405,7 @@ def _forecast_bench(
             f"--traces: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}; with "
             f"--forecast choose from {', '.join(known)}"
         )
-    try:
-        plot_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"--plot-dir: cannot create {plot_dir}: {exc.strerror or exc}") from exc
+    _make_plot_dir(plot_dir)
     began = time.monotonic()
 
     def progress(trace: str, policy: str, index: int, total: int) -> None:

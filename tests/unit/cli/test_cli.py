@@ -301,6 +301,15 @@ def test_bench_forecast_names_the_forecasting_traces_on_a_bad_one(tmp_path: Path
     )
 
 
+@pytest.mark.parametrize("mode", ["--frontier", "--forecast"])
+def test_bench_plots_need_a_plot_dir_they_can_create(mode: str, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = servectl("bench", mode, "--plot-dir", str(blocker / "plots"))
+    assert result.exit_code == 2
+    assert f"--plot-dir: cannot create {blocker / 'plots'}" in flat(result.stderr)
+
+
 def test_bench_frontier_refuses_an_unknown_policy() -> None:
     result = servectl("bench", "--frontier", "--policies", "servectl,argo")
     assert result.exit_code == 2
