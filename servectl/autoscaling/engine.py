@@ -126,6 +126,9 @@ class EnginePolicy:
         # skip it tick to tick. A pure function's cache: same input, same output.
         self._history_memo: tuple[object, forecast.History] | None = None
         self._means_memo: tuple[object, list[float | None]] | None = None
+        # A forecast depends on the closed buckets and on which buckets the horizon spans,
+        # not on the tick within a bucket: one per bucket (150 ticks of 2 s at 5 minutes).
+        self._forecast_memo: tuple[object, tuple[Any, ...], forecast.Forecast] | None = None
 
     @property
     def name(self) -> str:
@@ -236,6 +239,22 @@ class EnginePolicy:
         self._history_memo = (doc, history)
         return doc
 
+    def _forecast(
+        self, history: forecast.History, fcfg: forecast.ForecastConfig, now: float, horizon: float
+    ) -> forecast.Forecast:
+        """``forecast.forecast``, computed once per (closed buckets, buckets spanned)."""
+        bucket = history["bucket"]
+        start = math.floor(now / fcfg.bucket_s)
+        if bucket is not None:
+            start = max(start, bucket)
+        key = (bucket, start, math.floor((now + horizon) / fcfg.bucket_s) - start)
+        memo = self._forecast_memo
+        if memo is not None and memo[0] is history["means"] and memo[1] == key:
+            return memo[2]
+        seen = forecast.forecast(history, fcfg, now, horizon)
+        self._forecast_memo = (history["means"], key, seen)
+        return seen
+
     def _forecast_proposal(
         self, snap: Snapshot, demand: signals.Demand, state: State
     ) -> tuple[signals.Proposal | None, str | None]:
@@ -250,7 +269,7 @@ class EnginePolicy:
         if stored is None:
             return None, "off: no request rate observed yet"
         history = self._load_history(stored, cfg.forecast)
-        seen = forecast.forecast(history, cfg.forecast, snap.time, horizon)
+        seen = self._forecast(history, cfg.forecast, snap.time, horizon)
         note = seen.reason
         expected = seen.rate_rps
         now_rate = demand.projected_rate

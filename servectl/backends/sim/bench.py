@@ -7,6 +7,7 @@ This is the one sim module allowed to read a clock, to time runs (``wall_s``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import time
@@ -314,16 +315,20 @@ class _Capture:
 
 def decision_us(subject: policy.Policy, *, seconds: int = 600, seed: int = 0) -> float:
     """Median microseconds per ``decide`` call of ``subject`` over the snapshots it
-    meets on the first ``seconds`` of the diurnal trace (replayed outside the loop)."""
+    meets on the first ``seconds`` of the diurnal trace, replayed outside the loop in
+    order, each call given the state the previous one returned (as a controller does)."""
     trace = trace_mod.truncate(trace_mod.standard_suite(seed)[4], seconds)
     capture = _Capture(subject, [])
     simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
+    if not capture.seen:
+        return math.nan
     timings = []
-    for snap, state in capture.seen:
+    state = capture.seen[0][1]
+    for snap, _ in capture.seen:
         started = time.perf_counter()
-        subject.decide(snap, state)
+        _, state = subject.decide(snap, state)
         timings.append(time.perf_counter() - started)
-    return 1e6 * statistics.median(timings) if timings else math.nan
+    return 1e6 * statistics.median(timings)
 
 
 def full_forecast_history(cfg: forecast.ForecastConfig, until: float) -> forecast.History:
@@ -341,16 +346,20 @@ def full_forecast_history(cfg: forecast.ForecastConfig, until: float) -> forecas
 def decision_us_full_forecast(
     subject: policy.Policy, cfg: forecast.ForecastConfig, *, seconds: int = 600, seed: int = 0
 ) -> float:
-    """As :func:`decision_us`, each decision handed a full forecast history."""
+    """As :func:`decision_us`, but each decision is handed a full forecast history as
+    loaded from a checkpoint (JSON): the most a decision pays for the forecast (the
+    history validated, every period forecast and backtested), as on a controller's first
+    tick after a restart. In a running loop the engine does that once per bucket."""
     trace = trace_mod.truncate(trace_mod.standard_suite(seed)[4], seconds)
     capture = _Capture(subject, [])
     simulate(trace, capture, model.ServiceModel(), seed=seed, record_decisions=False)
     if not capture.seen:
         return math.nan
     history = full_forecast_history(cfg, capture.seen[0][0].time)
+    stored = json.loads(json.dumps(history))
     timings = []
     for snap, state in capture.seen:
-        given = {**state, "forecast": history}
+        given = {**state, "forecast": json.loads(json.dumps(stored))}
         started = time.perf_counter()
         subject.decide(snap, given)
         timings.append(time.perf_counter() - started)

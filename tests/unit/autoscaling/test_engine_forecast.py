@@ -161,3 +161,34 @@ def test_garbage_in_the_forecast_state_is_a_fresh_history_not_an_error() -> None
         decision, state = policy.decide(snap, {"forecast": junk})
         assert decision.forecast is not None and decision.forecast.startswith("learning")
         assert forecast.from_state(state["forecast"], FCFG)["bucket"] is not None
+
+
+def test_the_per_bucket_memo_gives_what_the_forecaster_gives_every_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    policy = engine.EnginePolicy(cfg())
+    _, state, current = run(policy, 0.0, DAY + STEP_AT - 120.0, policy.initial_state(), 1)
+    calls = 0
+    real = forecast.forecast
+
+    def counted(*args: object) -> forecast.Forecast:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.forecast, "forecast", counted)
+    t, ticks = DAY + STEP_AT - 120.0, 0
+    while t < DAY + STEP_AT + 60.0:
+        snap = make_snapshot(t, current=current, rps=rate_at(t), cpu_usage_cores=1.0)
+        decision, state = policy.decide(snap, state)
+        current = decision.replicas
+        history = forecast.from_state(state["forecast"], FCFG)
+        assert decision.forecast is not None
+        fresh = real(history, FCFG, t, 32.0)
+        assert (
+            policy._forecast(policy._load_history(state["forecast"], FCFG), FCFG, t, 32.0) == fresh
+        )
+        t += 2.0
+        ticks += 1
+    # 90 ticks over 180 s of 12.5 s buckets: the forecaster ran about once a bucket.
+    assert ticks == 90 and calls <= 2 * (180 / FCFG.bucket_s + 1)
