@@ -400,6 +400,7 @@ def run(
                 text=True,
                 env=child_env,
                 bufsize=1,
+                preexec_fn=_default_sigint,
             )
         except OSError as exc:
             raise LoadTestError(f"cannot start Locust ({cmd[0]}): {exc}") from exc
@@ -451,6 +452,13 @@ def run(
 
 STOP_GRACE_S = 30.0
 """How long Locust has after SIGINT to stop its users and write its reports."""
+
+
+def _default_sigint() -> None:
+    """In Locust's process, before it starts: SIGINT back to its default. A shell without
+    job control starts `cmd &` with SIGINT ignored, and children inherit that; Locust (any
+    Python) would then never see the SIGINT ``stop`` sends and be killed after the grace."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop_when(stop: threading.Event, proc: subprocess.Popen[str], killed: threading.Event) -> None:

@@ -3,6 +3,7 @@ what it last wrote is still the test's result (``forced_stop``), not an error.""
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 import textwrap
@@ -107,3 +108,24 @@ def test_a_killed_locust_with_no_report_is_still_an_error(
     threading.Timer(1.0, stop.set).start()
     with pytest.raises(runner.LoadTestError, match="Locust exited with status -9"):
         runner.run(_config(listening, tmp_path), stop=stop, python=script)
+
+
+def test_locust_gets_the_sigint_even_when_servectl_was_started_ignoring_it(
+    listening: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `servectl loadtest ... &` from a script: the shell starts it with SIGINT ignored,
+    # and a child inherits that. Locust must still stop gracefully when told to.
+    monkeypatch.setattr(runner, "STOP_GRACE_S", 5.0)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop = threading.Event()
+        threading.Timer(1.0, stop.set).start()
+        result = runner.run(
+            _config(listening, tmp_path),
+            stop=stop,
+            python=_fake_locust(tmp_path, ignore_sigint=False),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not result.forced_stop  # stopped on the SIGINT, not killed after the grace
+    assert result.summary.total.requests == 1234
