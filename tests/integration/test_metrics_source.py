@@ -270,19 +270,22 @@ def test_histogram_with_no_traffic_gives_no_nan(
     cluster.update("svc-v2-a", rps=0.0)
 
     def idle() -> MetricsSnapshot:
+        # Idle for servectl (no requests) and for Prometheus (its own p99 is NaN): the
+        # request counter and the histogram are separate series, and one scrape can see
+        # the last increment of one and not of the other, so wait for both.
         snap = source.snapshot()
         assert snap.revision("default", "svc", "v2").signals.rps == 0.0
+        theirs = source.query(
+            "histogram_quantile(0.99, sum by (revision, le) (rate("
+            f'{names.TFS_REQUEST_LATENCY}_bucket{{revision="v2"}}[10s])))',
+            snap.time,
+        )
+        assert theirs and theirs[0].value is None  # parse_vector maps NaN to None
         return snap
 
     snap = _eventually(idle, timeout_s=40)
     v2 = snap.revision("default", "svc", "v2")
     # Prometheus itself says NaN here; none of it reaches servectl's signals.
-    theirs = source.query(
-        "histogram_quantile(0.99, sum by (revision, le) (rate("
-        f'{names.TFS_REQUEST_LATENCY}_bucket{{revision="v2"}}[10s])))',
-        snap.time,
-    )
-    assert theirs and theirs[0].value is None  # parse_vector maps NaN to None
     assert v2.signals.latency_ms == {}
     assert v2.signals.error_rate is None
     assert v2.signals.concurrency == 0.0
