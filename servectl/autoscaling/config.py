@@ -133,7 +133,10 @@ class AutoscalingConfig:
     signals: tuple[SignalTarget, ...] = (SignalTarget(SignalType.CPU, 70.0),)
     mode: Mode = Mode.ACTIVE
     behavior: Behavior = field(default_factory=servectl_default_behavior)
+    # The tolerance band (engine._tolerate): down only to a count with ``tolerance``
+    # headroom over the ask; up once the ask is ``up_tolerance`` above the running count.
     tolerance: float = 0.1
+    up_tolerance: float = 0.03
     period_s: float = 2.0
     cold_start_s: float = 30.0
     stable_window_s: float = 60.0

@@ -9,11 +9,16 @@ One ``decide`` call per tick, a pure function of the snapshot and the persisted 
    arrival rate from the queue's growth.
 2. One proposal per configured signal (``signals``), plus ``backlog`` while overloaded
    (load + draining the queue new capacity will find); the largest wins and is recorded.
-3. Tolerance: a proposal within ``tolerance`` of the current count is ignored.
+3. Tolerance: up once the ask is ``up_tolerance`` above the running count; down only to
+   a count that leaves ``tolerance`` headroom over the ask (a one-sided band each way).
 4. Missing metrics never shrink anything (DESIGN §4 rule 8).
 5. Panic: overloaded, a 2x burst or nothing ready -> straight to the proposal (no up rate
    limit) and no scale-down for ``panic_hold_s``, extended while requests stay queued.
-6. Burst memory: repeated panics or re-grows stretch the scale-down window.
+6. Burst memory: repeated panics, surges (the rate up 1.5x within a cold start) or
+   re-grows mean bursts shorter than a cold start: the trend projection is off (a
+   burst's rise is over before capacity lands) and ``burst`` proposes standing capacity
+   for the peak rate of the last 10 minutes. The ``forecast`` proposal (predictive
+   pre-scaling) and ``burst`` only ever add to the reactive ask.
 7. A custom CEL policy, if any, sees ``recommended``; its errors fall back to the
    recommendation with reason POLICY_ERROR.
 8. The rails (``behavior``): stabilization windows, rate limits, min/max. A temporary
@@ -49,9 +54,16 @@ SERVICE_HALF_LIFE_S = 30.0
 #: The latency signal aims its percentile at this share of the target (noise margin).
 LATENCY_AIM = 0.8
 #: Wait-budget feedback: over aim, the budget shrinks by aim/observed every this many
-#: seconds; comfortably under, it grows by this share of the target per second.
+#: seconds; comfortably under (below 0.9 x aim), it grows by the room left under that
+#: line every BUDGET_LEARN_S (at least BUDGET_INCREASE_PER_S of the target per second),
+#: but only while the model's wait at the running count is at least BUDGET_EVIDENCE of
+#: the budget: a low latency at a low modelled wait says nothing about a larger budget.
 BUDGET_DECREASE_S = 20.0
 BUDGET_INCREASE_PER_S = 0.002
+BUDGET_LEARN_S = 30.0
+BUDGET_EVIDENCE = 0.3
+#: The budget stays within [0.05, BUDGET_MAX] x the target.
+BUDGET_MAX = 3.5
 #: Seconds of steady service before observed latency teaches anything again.
 SETTLE_S = 45.0
 #: While overloaded, size to drain the queue expected when new capacity lands within this.
@@ -60,11 +72,22 @@ DRAIN_S = 2.0
 #: above NEAR_CAPACITY of the ready cores.
 QUEUED_PER_THREAD = 4.0
 NEAR_CAPACITY = 0.5
-#: Burst memory: this many panics within BURST_MEMORY_S mean bursts recur faster than
-#: capacity can follow; scale-down then waits BURST_HOLD_S.
+#: Burst memory: this many panics, surges or re-grows (each kind counted alone) within
+#: BURST_MEMORY_S mean bursts recur faster than capacity can follow.
 BURST_PANICS = 2
 BURST_MEMORY_S = 600.0
-BURST_HOLD_S = 300.0
+#: A surge: the rate above SURGE_FACTOR x its lowest over the last cold start (faster
+#: than new capacity can follow); the next one counts once the rate has stopped rising
+#: (back within REARM_FACTOR of that lowest).
+SURGE_FACTOR = 1.5
+REARM_FACTOR = 1.2
+#: While bursting, standing capacity for the highest rate of the last PEAK_WINDOW_S
+#: (the state keeps one maximum per PEAK_BUCKET_S).
+PEAK_WINDOW_S = 600.0
+PEAK_BUCKET_S = 10.0
+#: While a rollout splits the traffic between revisions, replicas run at most this busy
+#: (``_rollout_proposal``).
+ROLLOUT_UTILIZATION = 0.75
 #: Windows for the load trend: both must rise for a trend to count (noise rejection).
 TREND_SHORT_S = 30.0
 TREND_LONG_S = 60.0
@@ -75,11 +98,11 @@ MIN_LATENCY_SAMPLES = 200.0
 #: A proposal above this (or infinite: huge signals overflow a double) is this: it asks
 #: for as many replicas as the rails allow either way, and stays printable.
 MAX_PROPOSAL = 1e15
-#: Behind least-request routing an overload is sized at the backlogged (ready) replicas
-#: plus this many times the load's own need beside them: the first ticks of an overload
-#: see the arrival rate through one scrape of queue growth and under-estimate it, and a
-#: cold start is too long to order twice (docs/benchmarks.md: 1, 1.5, 2 and 3 compared).
-LEAST_REQUEST_HEADROOM = 2.0
+#: An overload is sized at most at the backlogged (ready) replicas plus this many times
+#: the load's own need beside them: the first ticks of an overload see the arrival rate
+#: through one scrape of queue growth and under-estimate it, and a cold start is too long
+#: to order twice (docs/benchmarks.md: 1, 1.5, 2 and 3 compared).
+DRAIN_HEADROOM = 2.0
 
 
 def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
@@ -91,6 +114,26 @@ def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
         clamped = min(max(proposal.replicas, 0.0), MAX_PROPOSAL)
         return dataclasses.replace(proposal, replicas=clamped)
     return proposal
+
+
+def _record_peak(raw: object, now: float, rate: float | None) -> list[list[float]]:
+    """The highest request rate per PEAK_BUCKET_S over the last PEAK_WINDOW_S."""
+    peaks: list[list[float]] = []
+    if isinstance(raw, list):
+        for item in raw:
+            try:
+                t, v = float(item[0]), float(item[1])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if now - t < PEAK_WINDOW_S and math.isfinite(v) and t <= now:
+                peaks.append([t, v])
+    if rate is not None and math.isfinite(rate) and rate >= 0:
+        bucket = math.floor(now / PEAK_BUCKET_S) * PEAK_BUCKET_S
+        if peaks and peaks[-1][0] == bucket:
+            peaks[-1] = [bucket, max(peaks[-1][1], rate)]
+        else:
+            peaks.append([bucket, rate])
+    return peaks
 
 
 def _positive(value: float | None) -> float | None:
@@ -143,7 +186,9 @@ class EnginePolicy:
 
     # ------------------------------------------------------------------ learning
 
-    def _learn(self, snap: Snapshot, state: State) -> tuple[signals.Demand, State]:
+    def _learn(
+        self, snap: Snapshot, state: State, bursting: bool = False
+    ) -> tuple[signals.Demand, State]:
         cfg = self.config
         now = snap.time
         sig = snap.signals
@@ -192,7 +237,9 @@ class EnginePolicy:
         if rate is not None:
             short = windows.slope(rates, now, TREND_SHORT_S)
             long = windows.slope(rates, now, TREND_LONG_S)
-            if short is not None and long is not None and short > 0 and long > 0:
+            # While bursting a rise is a burst's, over before capacity ordered for its
+            # trend lands: standing capacity for the recent peak meets bursts instead.
+            if not bursting and short is not None and long is not None and short > 0 < long:
                 projected = rate + min(short, long) * (cfg.cold_start_s + cfg.period_s)
                 if math.isnan(projected):  # inf - inf: extreme rates overflow
                     projected = rate
@@ -204,6 +251,7 @@ class EnginePolicy:
             wait_budget_s=budget_s,
             request_cores=request_cores,
             threads=cfg.threads_per_replica,
+            pooled=cfg.routing is config.Routing.LEAST_REQUEST,
         )
         new_state: State = {
             **state,
@@ -297,6 +345,56 @@ class EnginePolicy:
             note,
         )
 
+    def _standing_proposal(
+        self, snap: Snapshot, demand: signals.Demand, peaks: list[list[float]]
+    ) -> signals.Proposal | None:
+        """While bursting: what the signals ask for at the highest rate of the last
+        PEAK_WINDOW_S. Bursts shorter than a cold start are over before capacity ordered
+        for them is ready; only capacity already standing meets the next one."""
+        if not peaks or demand.rate is None:
+            return None
+        peak = max(v for _, v in peaks)
+        if peak <= (demand.projected_rate or 0.0):
+            return None
+        at_peak = dataclasses.replace(demand, rate=peak, projected_rate=peak)
+        best: signals.Proposal | None = None
+        for target in self.config.signals:
+            if target.type is config.SignalType.GPU:
+                continue
+            prop = _usable(signals.propose(target, snap, at_peak, self.config.max_replicas))
+            if prop is not None and (best is None or prop.replicas > best.replicas):
+                best = prop
+        if best is None:
+            return None
+        return signals.Proposal(
+            "burst",
+            best.replicas,
+            f"burst memory: standing capacity for the peak {peak:.0f} req/s of the last "
+            f"{PEAK_WINDOW_S:.0f} s; {best.signal} at that rate: {best.detail}",
+        )
+
+    def _rollout_proposal(self, snap: Snapshot, demand: signals.Demand) -> signals.Proposal | None:
+        """While a rollout splits the traffic, at most ROLLOUT_UTILIZATION busy.
+
+        The planner gives each revision its share of the replicas, so the canary runs on
+        a small pool beside the stable's large one. At the same load per replica a small
+        pool queues more (fewer replicas to spread bursts over), and the rollout's
+        analysis would compare pool sizes instead of versions: run cooler until the
+        traffic is one revision's again.
+        """
+        if not 0 < snap.rollout.canary_weight < 100:
+            return None
+        if demand.projected_rate is None or demand.service_s is None:
+            return None
+        cores = demand.projected_rate * demand.service_s
+        replicas = cores / (demand.request_cores * ROLLOUT_UTILIZATION)
+        return signals.Proposal(
+            "rollout",
+            replicas,
+            f"rollout splits the traffic ({snap.rollout.canary_weight} % to the canary): "
+            f"{cores:.1f} cores at most {ROLLOUT_UTILIZATION:.0%} busy = {replicas:.2f}",
+        )
+
     def _overload_rate(
         self,
         snap: Snapshot,
@@ -329,6 +427,17 @@ class EnginePolicy:
         completing = usage / service_s
         return completing + max(0.0, (inflight - before) / (snap.time - then))
 
+    def _model_wait(self, rate: float, replicas: int, service_s: float, q: float) -> float:
+        """The queueing model's ``q`` wait at ``rate`` over ``replicas``, for the routing."""
+        return queueing.replica_wait_quantile_s(
+            rate,
+            replicas,
+            service_s,
+            self.config.threads_per_replica,
+            q,
+            pooled=self.config.routing is config.Routing.LEAST_REQUEST,
+        )
+
     def _budget_prior(
         self,
         snap: Snapshot,
@@ -346,12 +455,10 @@ class EnginePolicy:
         q = target.percentile / 100.0
         rps = snap.signals.rps
         if observed_ms is not None and rps and snap.replicas.ready > 0:
-            wait = queueing.wait_quantile_s(
-                rps / snap.replicas.ready, service_s, self.config.threads_per_replica, q
-            )
+            wait = self._model_wait(rps, snap.replicas.ready, service_s, q)
             if math.isfinite(wait):
                 calibrated = wait + LATENCY_AIM * target_s - observed_ms / 1000.0
-                return min(max(calibrated, 0.1 * target_s), 3.0 * target_s)
+                return min(max(calibrated, 0.1 * target_s), BUDGET_MAX * target_s)
         return max(target_s - service_s * -math.log(1.0 - q), 0.1 * target_s)
 
     def _learn_budget(
@@ -371,9 +478,10 @@ class EnginePolicy:
         times vary less than exponential ones, round-robin arrivals are smoother than
         Poisson, the service tail adds to the wait). So the budget handed to Erlang C is
         learnt by feedback: cut multiplicatively while the observed percentile is above
-        ``LATENCY_AIM`` x target, raised additively while it sits comfortably below and
-        the model says the replicas are near the budget (otherwise the low latency only
-        shows spare capacity, which says nothing about a larger budget).
+        ``LATENCY_AIM`` x target; raised in proportion to the room left under the aim while
+        it sits comfortably below and the model's wait at the running count is a real
+        share of the budget (otherwise the low latency only shows spare capacity, which
+        says nothing about a larger budget).
         """
         sig = snap.signals
         target_s = target.target / 1000.0
@@ -401,12 +509,11 @@ class EnginePolicy:
         if observed_s > aim_s:
             budget_s *= (aim_s / observed_s) ** (dt / BUDGET_DECREASE_S)
         elif observed_s < 0.9 * aim_s:
-            wait = queueing.wait_quantile_s(
-                sig.rps / snap.replicas.ready, service_s, self.config.threads_per_replica, q
-            )
-            if wait >= 0.7 * budget_s:
-                budget_s += BUDGET_INCREASE_PER_S * target_s * dt
-        return min(max(budget_s, 0.05 * target_s), 3.0 * target_s)
+            wait = self._model_wait(sig.rps, snap.replicas.ready, service_s, q)
+            if wait >= BUDGET_EVIDENCE * budget_s:
+                room = (0.9 * aim_s - observed_s) / BUDGET_LEARN_S
+                budget_s += max(BUDGET_INCREASE_PER_S * target_s, room) * dt
+        return min(max(budget_s, 0.05 * target_s), BUDGET_MAX * target_s)
 
     # ------------------------------------------------------------------ deciding
 
@@ -423,7 +530,22 @@ class EnginePolicy:
         else:
             stale_note = ""
         state = dict(state)  # never mutate the caller's copy
-        demand, state = self._learn(snap, state)
+        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
+        regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
+        surges = [float(t) for t in state.get("surges", []) if now - float(t) < BURST_MEMORY_S]
+        bursting = max(len(panics), len(surges), len(regrets)) >= BURST_PANICS
+        before = [float(v) for t, v in state.get("rates", []) if now - float(t) <= cfg.cold_start_s]
+        demand, state = self._learn(snap, state, bursting)
+        if demand.rate is not None and before:
+            lowest = max(min(before), 1.0)
+            if demand.rate > SURGE_FACTOR * lowest and state.get("surge_armed", True):
+                surges.append(now)
+                state["surge_armed"] = False
+            elif demand.rate <= REARM_FACTOR * lowest:
+                state["surge_armed"] = True
+        state["surges"] = surges
+        peaks = _record_peak(state.get("peaks"), now, demand.rate)
+        state["peaks"] = peaks
 
         proposals: dict[str, signals.Proposal] = {}
         missing: list[str] = []
@@ -434,9 +556,6 @@ class EnginePolicy:
             else:
                 proposals[prop.signal] = prop
         sustained = max((p.replicas for p in proposals.values()), default=None)
-        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
-        regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
-        bursting = len(panics) >= BURST_PANICS or len(regrets) >= BURST_PANICS
         backlog = _usable(self._backlog_proposal(snap, demand, state))
         if bursting and backlog is not None:
             # Bursts shorter than a cold start are over before a drain overshoot lands;
@@ -454,6 +573,18 @@ class EnginePolicy:
         ahead, forecast_note = self._forecast_proposal(snap, demand, state)
         if ahead is not None and proposals and reactive is not None and ahead.replicas > reactive:
             proposals[ahead.signal] = ahead
+        # Standing capacity and the rollout floor, like the forecast, only ever add to
+        # the reactive ask.
+        for extra in (
+            self._standing_proposal(snap, demand, peaks) if bursting else None,
+            self._rollout_proposal(snap, demand),
+        ):
+            if (
+                extra is not None
+                and proposals
+                and extra.replicas > max(p.replicas for p in proposals.values())
+            ):
+                proposals[extra.signal] = extra
         raw = {name: p.replicas for name, p in proposals.items()}
         panic_until = float(state.get("panic_until", -math.inf))
 
@@ -465,10 +596,7 @@ class EnginePolicy:
             best = max(proposals.values(), key=lambda p: p.replicas)
             winner = best.signal
             wanted = max(math.ceil(best.replicas - 1e-9), 0)
-            desired, reason, detail = wanted, Reason.SIGNAL, best.detail
-            if current > 0 and abs(best.replicas / current - 1.0) <= cfg.tolerance:
-                desired, reason = current, Reason.WITHIN_TOLERANCE
-                detail = f"{best.detail}; within {cfg.tolerance:.0%} of {current}: hold"
+            desired, reason, detail = self._tolerate(best, wanted, current)
             overloaded = backlog is not None
             asked = max(math.ceil((reactive or 0.0) - 1e-9), 0)
             surge = ready > 0 and asked >= cfg.panic_threshold * ready
@@ -503,13 +631,6 @@ class EnginePolicy:
             detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
 
         rails = cfg.behavior
-        if bursting and rails.scale_down.stabilization_s < BURST_HOLD_S:
-            # Bursts recur faster than a cold start: capacity let go now is missing at the
-            # next burst. Hold it longer (HPA's default window) until bursts stop.
-            rails = dataclasses.replace(
-                rails,
-                scale_down=dataclasses.replace(rails.scale_down, stabilization_s=BURST_HOLD_S),
-            )
         norm = behavior.normalize(
             desired,
             current,
@@ -526,8 +647,8 @@ class EnginePolicy:
         )
         if bursting and norm.reason is Reason.STABILIZING:
             detail = (
-                f"{detail}; burst memory ({len(panics)} panics, {len(regrets)} re-grows "
-                f"in {BURST_MEMORY_S:.0f} s)"
+                f"{detail}; burst memory ({len(panics)} panics, {len(surges)} surges, "
+                f"{len(regrets)} re-grows in {BURST_MEMORY_S:.0f} s)"
             )
         result = norm.replicas
         if in_panic and desired > result and result >= current:
@@ -585,6 +706,35 @@ class EnginePolicy:
             new_state,
         )
 
+    def _tolerate(
+        self, best: signals.Proposal, wanted: int, current: int
+    ) -> tuple[int, Reason, str]:
+        """The tolerance band around the running count, one-sided per direction.
+
+        Up: as soon as the ask is more than ``up_tolerance`` above what runs (a hotter
+        default runs close to its limit; capacity short by 10 % is an overload).
+        Down: to the fewest replicas that still leave ``tolerance`` headroom over the ask,
+        so the count only comes back up once the ask has grown by that much: a load
+        wandering about a replica boundary does not flap the count.
+        """
+        cfg = self.config
+        hold = f"{best.detail}; within tolerance of {current}: hold"
+        if wanted > current:
+            if current > 0 and best.replicas <= current * (1.0 + cfg.up_tolerance):
+                return current, Reason.WITHIN_TOLERANCE, hold
+            return wanted, Reason.SIGNAL, best.detail
+        if wanted < current and best.signal != "burst":
+            # Standing burst capacity is sized for a peak already: no headroom on top.
+            roomy = max(math.ceil(best.replicas * (1.0 + cfg.tolerance) - 1e-9), wanted)
+            if roomy >= current:
+                return current, Reason.WITHIN_TOLERANCE, hold
+            return (
+                roomy,
+                Reason.SIGNAL,
+                (f"{best.detail}; {roomy} leaves {cfg.tolerance:.0%} headroom"),
+            )
+        return wanted, Reason.SIGNAL, best.detail
+
     def _backlog_proposal(
         self, snap: Snapshot, demand: signals.Demand, state: State
     ) -> signals.Proposal | None:
@@ -627,22 +777,26 @@ class EnginePolicy:
             f"{until_capacity:.0f} s; ({rate:.0f} req/s + drain in {DRAIN_S:.0f} s) x "
             f"{service_s * 1000:.1f} ms = {cores:.1f} cores = {replicas:.2f}"
         )
-        if self.config.routing is config.Routing.LEAST_REQUEST:
-            # Least request sends new requests to the emptiest replicas: the backlogged
-            # ones (those ready now) get none until they have drained, at full speed,
-            # whatever else runs. Capacity for the load beside them is all that helps.
-            beside = snap.replicas.ready + LEAST_REQUEST_HEADROOM * rate * service_s / (
-                demand.request_cores * utilization
+        # The queue sits on the replicas ready now and drains there. Least request sends
+        # them no new requests until it has; round robin keeps sending each 1/n, so more
+        # replicas speed its drain, but less and less: past the load's own need beside
+        # them, capacity mostly arrives after the queue is gone.
+        beside = snap.replicas.ready + DRAIN_HEADROOM * rate * service_s / (
+            demand.request_cores * utilization
+        )
+        if beside < replicas:
+            replicas = beside
+            routed = (
+                "least request routes new requests elsewhere"
+                if self.config.routing is config.Routing.LEAST_REQUEST
+                else "more replicas only shrink their share of new requests"
             )
-            if beside < replicas:
-                replicas = beside
-                detail = (
-                    f"overloaded: {queued:.0f} requests queued on the {snap.replicas.ready} "
-                    f"ready replicas drain there (least request routes new requests "
-                    f"elsewhere); {snap.replicas.ready} + {LEAST_REQUEST_HEADROOM:g} x "
-                    f"{rate:.0f} req/s x {service_s * 1000:.1f} ms at {utilization:.0%} = "
-                    f"{replicas:.2f}"
-                )
+            detail = (
+                f"overloaded: {queued:.0f} requests queued on the {snap.replicas.ready} "
+                f"ready replicas drain there ({routed}); {snap.replicas.ready} + "
+                f"{DRAIN_HEADROOM:g} x {rate:.0f} req/s x {service_s * 1000:.1f} ms at "
+                f"{utilization:.0%} = {replicas:.2f}"
+            )
         return signals.Proposal("backlog", replicas, detail)
 
     def _run_custom(

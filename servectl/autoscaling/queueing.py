@@ -12,6 +12,15 @@ M/M/c queue with arrival rate ``rate / n``. For one such queue with offered load
 Worked example: 80 req/s on 1 replica of 2 threads at 20 ms: a = 1.6, rho = 0.8,
 C = 0.711, W_99 = ln(0.711 / 0.01) / (100 - 80) = 0.213 s. With 2 replicas, 40 req/s
 each: a = 0.8, C = 0.229, W_99 = ln(22.9) / 60 = 0.052 s.
+
+Routing decides which queue a request waits in. Round robin (a Kubernetes Service) gives
+each replica its 1/n and a request waits at the replica it was sent to: n separate M/M/c
+queues. Least request (HAProxy ``leastconn``, Envoy ``LEAST_REQUEST``) sends each request
+to the replica with the fewest in flight, which is close to one shared queue in front of
+all n x c threads (join-the-shortest-queue approaches the pooled queue): one M/M/(n c)
+queue, whose wait falls much faster with n (``pooled=True``). Same example, pooled:
+80 req/s on 2 replicas of 2 threads is a = 1.6 over c = 4: C = 0.0907,
+W_99 = ln(9.07) / (200 - 80) = 0.018 s (against 0.052 s per replica).
 """
 
 from __future__ import annotations
@@ -47,6 +56,16 @@ def wait_quantile_s(rate: float, service_s: float, threads: int, quantile: float
     return math.log(p_wait / tail) / (capacity - rate)
 
 
+def replica_wait_quantile_s(
+    rate: float, replicas: int, service_s: float, threads: int, quantile: float, pooled: bool
+) -> float:
+    """The ``quantile`` wait of a request when ``rate`` is spread over ``replicas``: one
+    M/M/c queue per replica, or (``pooled``) one queue in front of them all."""
+    if pooled:
+        return wait_quantile_s(rate, service_s, threads * replicas, quantile)
+    return wait_quantile_s(rate / replicas, service_s, threads, quantile)
+
+
 def replicas_for_latency(
     rate: float,
     service_s: float,
@@ -55,6 +74,8 @@ def replicas_for_latency(
     wait_budget_s: float,
     max_replicas: int,
     max_utilization: float = 0.95,
+    *,
+    pooled: bool = False,
 ) -> int:
     """Fewest replicas whose ``quantile`` queueing delay fits ``wait_budget_s``.
 
@@ -63,7 +84,8 @@ def replicas_for_latency(
     (an infinite rate or service time included).
 
     The wait quantile only falls as replicas are added (each gets less of the rate), so
-    the fewest that fit is found by bisection: a few dozen steps even for 100,000 replicas.
+    the fewest that fit is found by galloping then bisection: a few dozen steps even for
+    100,000 replicas.
     """
     if not (rate > 0 and service_s > 0):
         return 1
@@ -78,11 +100,17 @@ def replicas_for_latency(
         return max_replicas
 
     def fits(n: int) -> bool:
-        return wait_quantile_s(rate / n, service_s, threads, quantile) <= wait_budget_s
+        return replica_wait_quantile_s(rate, n, service_s, threads, quantile, pooled) <= (
+            wait_budget_s
+        )
 
-    if not fits(max_replicas):
-        return max_replicas
-    high = max_replicas  # fits; find the first n in [low, high] that does
+    # Gallop up from the utilization bound (a pooled queue's Erlang C costs O(n x c), so
+    # never start at a huge max), then bisect between the last miss and the first fit.
+    high = low
+    while not fits(high):
+        if high >= max_replicas:
+            return max_replicas
+        low, high = high + 1, min(2 * high, max_replicas)
     while low < high:
         middle = (low + high) // 2
         if fits(middle):
@@ -90,3 +118,81 @@ def replicas_for_latency(
         else:
             low = middle + 1
     return low
+
+
+def max_rate(
+    replicas: int,
+    service_s: float,
+    threads: int,
+    quantile: float,
+    wait_budget_s: float,
+    max_utilization: float = 0.95,
+    *,
+    pooled: bool = False,
+    steps: int = 24,
+) -> float:
+    """The highest request rate ``replicas`` serve within the wait budget and the
+    utilization bound (bisection on the rate: the wait only grows with it)."""
+    top = replicas * threads / service_s * max_utilization
+    if replica_wait_quantile_s(top, replicas, service_s, threads, quantile, pooled) <= (
+        wait_budget_s
+    ):
+        return top
+    low, high = 0.0, top
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if replica_wait_quantile_s(middle, replicas, service_s, threads, quantile, pooled) <= (
+            wait_budget_s
+        ):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def fractional_replicas_for_latency(
+    rate: float,
+    service_s: float,
+    threads: int,
+    quantile: float,
+    wait_budget_s: float,
+    max_replicas: int,
+    max_utilization: float = 0.95,
+    *,
+    pooled: bool = False,
+) -> float:
+    """:func:`replicas_for_latency` as a continuous count, like every other signal's.
+
+    ``n`` replicas fit and ``n - 1`` do not; the proposal is ``n - 1`` plus how far the
+    rate is between the most ``n - 1`` and the most ``n`` replicas serve within the
+    budget. Behind round robin every replica takes the same share, so that is simply
+    ``rate / (the most one replica serves)``. A continuous proposal lets the engine's
+    tolerance band work for latency as it does for CPU: with 8 running, 8.3 wanted holds
+    8; with 9 running, 8.6 wanted holds 9, so a load wandering about a replica boundary
+    does not flap the count.
+    """
+    n = replicas_for_latency(
+        rate,
+        service_s,
+        threads,
+        quantile,
+        wait_budget_s,
+        max_replicas,
+        max_utilization,
+        pooled=pooled,
+    )
+    if n >= max_replicas or not (rate > 0 and service_s > 0 and math.isfinite(service_s)):
+        return float(n)
+    if not pooled:
+        one = max_rate(1, service_s, threads, quantile, wait_budget_s, max_utilization)
+        return min(max(rate / one, n - 1.0), float(n)) if one > 0 else float(n)
+    upper = max_rate(n, service_s, threads, quantile, wait_budget_s, max_utilization, pooled=True)
+    lower = (
+        max_rate(n - 1, service_s, threads, quantile, wait_budget_s, max_utilization, pooled=True)
+        if n > 1
+        else 0.0
+    )
+    if upper <= lower:
+        return float(n)
+    share = (rate - lower) / (upper - lower)
+    return n - 1.0 + min(max(share, 0.0), 1.0)

@@ -15,7 +15,8 @@ start later, so that is the load it must meet.
 - concurrency: replicas = in-flight * growth / target per replica
 - latency:     fewest replicas whose M/M/c wait quantile fits the latency budget
                (target minus the service-time quantile learnt from observations);
-               see ``queueing``.
+               one queue per replica behind round robin, one pooled queue behind
+               least request; see ``queueing``.
 
 ``growth`` = projected rate / current rate (1 without a rate signal).
 Worked example (cpu 70 %, 2-core replicas, 20 ms/request): 600 req/s rising 2 req/s²,
@@ -39,6 +40,8 @@ class Demand:
     wait_budget_s: float | None  # queueing wait the latency target allows (learnt)
     request_cores: float  # CPU request of one replica
     threads: int  # requests one replica serves in parallel
+    # Least-request routing in front: the replicas' queues behave as one (``queueing``).
+    pooled: bool = False
 
     @property
     def growth(self) -> float:
@@ -150,18 +153,20 @@ def _latency(
 ) -> Proposal | None:
     if demand.projected_rate is None or demand.service_s is None or demand.wait_budget_s is None:
         return None
-    replicas = queueing.replicas_for_latency(
+    replicas = queueing.fractional_replicas_for_latency(
         demand.projected_rate,
         demand.service_s,
         demand.threads,
         target.percentile / 100.0,
         demand.wait_budget_s,
         max_replicas,
+        pooled=demand.pooled,
     )
     observed = snap.signals.latency(target.percentile)
     seen = f"observed {observed:.0f} ms, " if observed is not None else ""
     detail = (
         f"{seen}service {demand.service_s * 1000:.1f} ms, learnt wait budget "
-        f"{demand.wait_budget_s * 1000:.0f} ms at {demand.projected_rate:.1f} req/s -> {replicas}"
+        f"{demand.wait_budget_s * 1000:.0f} ms at {demand.projected_rate:.1f} req/s "
+        f"-> {replicas:.2f}"
     )
-    return Proposal(signal_name(target), float(replicas), detail)
+    return Proposal(signal_name(target), replicas, detail)

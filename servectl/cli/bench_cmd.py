@@ -156,8 +156,9 @@ def bench(
             help=(
                 "Instead: sweep every policy over the knobs a user would tune (hpa: CPU "
                 "target 40-90 %; kpa: target utilization 0.5-0.9 x panic threshold "
-                "150/200/400 %; servectl: CPU target 50-90 %) on every trace, and judge "
-                "servectl's default against each baseline's best configuration at its cost. "
+                "150/200/400 %; servectl: its default, the SLO alone, and with a CPU target "
+                "50-90 %) on every trace, and judge servectl's default against each "
+                "baseline's best configuration at its cost. "
                 "Writes one plot per routing to --plot-dir. ~25 runs per trace and routing."
             ),
         ),

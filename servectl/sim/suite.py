@@ -1,9 +1,11 @@
 """The standard benchmark setup: one service model, one set of targets, four policies.
 
-Fairness (docs/benchmarks.md): every policy is given the same per-replica targets
-servectl is given, and its own documented defaults for everything else:
+Fairness (docs/benchmarks.md): servectl is told the service's SLO, which is what a user
+states and what HPA and KPA cannot take; the baselines get the per-replica targets a user
+would start from, and every policy its own documented defaults for everything else (the
+frontier bench then tunes the baselines):
 
-- servectl: CPU 70 % and latency p99 <= the SLO, its default behavior, 2 s tick;
+- servectl: the SLO alone (latency p99 <= 150 ms), its default behavior, 2 s tick;
 - hpa:      CPU 70 % (Resource Utilization), Kubernetes defaults (15 s sync, 0.1
             tolerance, 300 s scale-down window, 100 %/4 pods per 15 s up);
 - kpa:      target concurrency = a replica's threads at Knative's default 70 % target
@@ -43,11 +45,17 @@ def autoscaling_config(
     svc: model.ServiceModel,
     *,
     latency: bool = True,
+    cpu_target: float | None = None,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
 ) -> config.AutoscalingConfig:
-    signals: tuple[config.SignalTarget, ...] = (
-        config.SignalTarget(config.SignalType.CPU, CPU_TARGET),
-    )
+    """servectl's configuration: the service's SLO (p99 <= ``svc.slo_ms``) as its one
+    signal, which is what a user states; ``cpu_target`` adds a CPU signal (the
+    frontier's sweep of servectl). ``latency=False``: CPU alone at ``cpu_target``
+    (default CPU_TARGET), the baselines' target."""
+    signals: tuple[config.SignalTarget, ...] = ()
+    if cpu_target is not None or not latency:
+        cpu = CPU_TARGET if cpu_target is None else cpu_target
+        signals += (config.SignalTarget(config.SignalType.CPU, cpu),)
     if latency:
         signals += (config.SignalTarget(config.SignalType.LATENCY, svc.slo_ms, 99.0),)
     return config.AutoscalingConfig(

@@ -54,3 +54,63 @@ def test_replicas_for_latency_edges() -> None:
     assert queueing.replicas_for_latency(950, 0.02, 2, 0.99, 10.0, 100) == 10
     # An impossible budget runs out of replicas.
     assert queueing.replicas_for_latency(500, 0.02, 2, 0.99, 0.0, 40) == 40
+
+
+def test_pooled_queue_matches_the_worked_example_and_waits_less() -> None:
+    # 80 req/s on 2 replicas of 2 threads at 20 ms: pooled, one M/M/4 queue (a = 1.6):
+    # C = 0.0907, W_99 = ln(9.07) / (200 - 80) = 0.0184 s; per replica (round robin),
+    # 40 req/s each on M/M/2: 0.052 s.
+    pooled = queueing.replica_wait_quantile_s(80.0, 2, 0.02, 2, 0.99, pooled=True)
+    split = queueing.replica_wait_quantile_s(80.0, 2, 0.02, 2, 0.99, pooled=False)
+    assert queueing.erlang_c(4, 1.6) == pytest.approx(0.0907, rel=1e-3)
+    assert pooled == pytest.approx(math.log(0.0907 / 0.01) / 120.0, rel=1e-3)
+    assert split == pytest.approx(queueing.wait_quantile_s(40.0, 0.02, 2, 0.99))
+    assert pooled < split
+
+
+def test_pooled_sizing_needs_fewer_replicas_and_is_the_fewest_that_fit() -> None:
+    args = (1000.0, 0.02, 2, 0.99, 0.05)
+    split = queueing.replicas_for_latency(*args, 100)
+    pooled = queueing.replicas_for_latency(*args, 100, pooled=True)
+    assert pooled < split
+    fits = [
+        queueing.replica_wait_quantile_s(1000.0, n, 0.02, 2, 0.99, True) <= 0.05
+        for n in (pooled - 1, pooled)
+    ]
+    assert fits == [False, True]
+
+
+def test_galloping_search_never_evaluates_a_huge_pool_it_does_not_need() -> None:
+    # A pooled Erlang C over 2 x 10^6 threads would take seconds; the search starts at
+    # the utilization bound and finds the answer a few replicas above it.
+    n = queueing.replicas_for_latency(2000.0, 0.02, 2, 0.99, 0.05, 1_000_000, pooled=True)
+    assert 21 <= n <= 25
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_the_continuous_proposal_lies_between_the_fewest_that_fit_and_one_less(
+    pooled: bool,
+) -> None:
+    previous = 0.0
+    for rate in range(50, 1500, 37):
+        whole = queueing.replicas_for_latency(rate, 0.02, 2, 0.99, 0.1, 100, pooled=pooled)
+        part = queueing.fractional_replicas_for_latency(
+            rate, 0.02, 2, 0.99, 0.1, 100, pooled=pooled
+        )
+        assert whole - 1 <= part <= whole
+        assert part >= previous  # more load never asks for fewer
+        previous = part
+
+
+def test_round_robin_continuous_proposal_is_the_rate_over_one_replicas_most() -> None:
+    one = queueing.max_rate(1, 0.02, 2, 0.99, 0.1)
+    # One replica at that rate sits exactly on the budget.
+    assert queueing.wait_quantile_s(one, 0.02, 2, 0.99) == pytest.approx(0.1, rel=1e-4)
+    assert queueing.fractional_replicas_for_latency(700.0, 0.02, 2, 0.99, 0.1, 100) == (
+        pytest.approx(700.0 / one)
+    )
+
+
+def test_max_rate_is_capped_by_the_utilization_bound() -> None:
+    # A huge budget: the bound (95 % of 2 threads / 20 ms) decides.
+    assert queueing.max_rate(3, 0.02, 2, 0.99, 100.0) == pytest.approx(3 * 100 * 0.95)

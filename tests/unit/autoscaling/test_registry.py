@@ -55,9 +55,11 @@ def test_replay_carries_state_and_applies_each_decision() -> None:
     steps = registry.replay(policy, snaps)
     assert [s.time for s in steps] == [1000.0, 1002.0, 1004.0]
     assert steps[0].decision.replicas == 10
-    # The second snapshot said current=4; replay applied the first decision instead.
-    assert steps[1].decision.reason is Reason.WITHIN_TOLERANCE
+    # The second snapshot said current=4; replay applied the first decision instead, so
+    # the same load now asks for exactly what runs.
+    assert steps[1].decision.reason is Reason.SIGNAL
     assert steps[1].decision.replicas == 10
+    assert "x 70%) = 10.00" in steps[1].decision.detail
     assert "behavior" in steps[-1].state
 
 

@@ -153,6 +153,7 @@ def test_suite_summaries_sum_costs_and_name_the_traces_where_servectl_is_behind(
 def test_a_short_real_sweep_reproduces_the_bench_at_the_default_points(tmp_path: Path) -> None:
     trace = traces.truncate(traces.standard_suite(0)[1], 240)  # step, first 4 minutes
     specs = [
+        fr.PointSpec("servectl"),
         fr.PointSpec("servectl", (("cpu_target", 70.0),)),
         fr.PointSpec("hpa", (("cpu_target", 70.0),)),
         fr.PointSpec("hpa", (("cpu_target", 40.0),)),
@@ -163,8 +164,9 @@ def test_a_short_real_sweep_reproduces_the_bench_at_the_default_points(tmp_path:
     points = fr.run_frontier(
         [trace], specs, [model.Routing.ROUND_ROBIN], jobs=1, progress=lambda p, i, n: seen.append(i)
     )
-    assert seen == [1, 2, 3, 4, 5]
-    assert [p.default for p in points] == [True, True, False, True, False]
+    assert seen == [1, 2, 3, 4, 5, 6]
+    assert [p.default for p in points] == [True, False, True, False, True, False]
+    assert [p.label for p in points[:2]] == ["servectl", "servectl cpu 70%"]
     svc = suite.service()
     reference = bench.run_bench(
         [trace],
