@@ -9,8 +9,10 @@ One ``decide`` call per tick, a pure function of the snapshot and the persisted 
    arrival rate from the queue's growth.
 2. One proposal per configured signal (``signals``), plus ``backlog`` while overloaded
    (load + draining the queue new capacity will find); the largest wins and is recorded.
-3. Tolerance: up once the ask is ``up_tolerance`` above the running count; down only to
-   a count that leaves ``tolerance`` headroom over the ask (a one-sided band each way).
+3. Tolerance: a set point (a cpu, gpu, rps or concurrency target) holds within
+   ``tolerance``; the latency signal sizes to an edge: up once the ask is
+   ``up_tolerance`` above the running count, down only to a count that leaves
+   ``tolerance`` headroom over the ask (a one-sided band each way).
 4. Missing metrics never shrink anything (DESIGN §4 rule 8).
 5. Panic: overloaded, a 2x burst or nothing ready -> straight to the proposal (no up rate
    limit) and no scale-down for ``panic_hold_s``, extended while requests stay queued.
@@ -88,6 +90,9 @@ PEAK_BUCKET_S = 10.0
 #: While a rollout splits the traffic between revisions, replicas run at most this busy
 #: (``_rollout_proposal``).
 ROLLOUT_UTILIZATION = 0.75
+#: Proposals that are set points (a target with room on both sides); the rest size to an
+#: edge (``_tolerate``).
+SET_POINTS = frozenset({"cpu", "gpu", "rps", "concurrency", "rollout"})
 #: Windows for the load trend: both must rise for a trend to count (noise rejection).
 TREND_SHORT_S = 30.0
 TREND_LONG_S = 60.0
@@ -709,16 +714,28 @@ class EnginePolicy:
     def _tolerate(
         self, best: signals.Proposal, wanted: int, current: int
     ) -> tuple[int, Reason, str]:
-        """The tolerance band around the running count, one-sided per direction.
+        """The tolerance band around the running count.
 
-        Up: as soon as the ask is more than ``up_tolerance`` above what runs (a hotter
-        default runs close to its limit; capacity short by 10 % is an overload).
-        Down: to the fewest replicas that still leave ``tolerance`` headroom over the ask,
-        so the count only comes back up once the ask has grown by that much: a load
-        wandering about a replica boundary does not flap the count.
+        A set point (a ``cpu``, ``gpu``, ``rps`` or ``concurrency`` target, the rollout's
+        75 %) has room on both sides: within ``tolerance`` of the running count, hold.
+        The latency signal (and what is sized by it: ``forecast``, ``backlog``) sizes to
+        an edge, the most the SLO allows, with no room above it: one-sided each way.
+        Up as soon as the ask is more than ``up_tolerance`` above what runs; down to the
+        fewest replicas that still leave ``tolerance`` headroom over the ask, so the count
+        only comes back up once the ask has grown by that much: a load wandering about a
+        replica boundary does not flap the count.
         """
         cfg = self.config
         hold = f"{best.detail}; within tolerance of {current}: hold"
+        if best.signal in SET_POINTS:
+            # A target is a set point with room on both sides: +-tolerance, as HPA.
+            if (
+                current > 0
+                and wanted != current
+                and abs(best.replicas / current - 1.0) <= (cfg.tolerance)
+            ):
+                return current, Reason.WITHIN_TOLERANCE, hold
+            return wanted, Reason.SIGNAL, best.detail
         if wanted > current:
             if current > 0 and best.replicas <= current * (1.0 + cfg.up_tolerance):
                 return current, Reason.WITHIN_TOLERANCE, hold

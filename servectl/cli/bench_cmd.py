@@ -427,12 +427,14 @@ def _forecast_bench(
         for name in wanted:
             # The Monday after the weekend: the daily season alone would be wrong twice.
             day = 4 if name == "week_compressed" else 1
-            path = plot_dir / f"forecast-{name}-{choice.value}.png"
-            try:
-                fb.plot_ramp(runs, name, day, str(path), suite.service().slo_ms)
-                plots.append(path)
-            except ImportError:
-                err.print("no plot: matplotlib is not installed (pip install 'servectl[plot]')")
+            for suffix, shown in fb.PLOTS.items():
+                path = plot_dir / f"forecast-{name}{suffix}-{choice.value}.png"
+                try:
+                    fb.plot_ramp(runs, name, day, str(path), suite.service().slo_ms, shown)
+                    plots.append(path)
+                except ImportError:
+                    err.print("no plot: matplotlib is not installed (pip install 'servectl[plot]')")
+                    break
         if output.machine:
             continue
         header, rows = fb.table(runs_records)

@@ -32,19 +32,33 @@ from servectl.sim import traces as trace_mod
 DAY_S = {"week_business": 86400, "week_compressed": 3600}
 #: The morning ramp, as fractions of the day: from 05:00 to 11:00.
 RAMP = (5 / 24, 11 / 24)
-POLICIES = ("servectl", "servectl-no-forecast", "hpa", "kpa", "oracle")
+POLICIES = (
+    "servectl",
+    "servectl-no-forecast",
+    "servectl-cpu70",
+    "servectl-cpu70-no-forecast",
+    "hpa",
+    "kpa",
+    "oracle",
+)
+#: The two servectl configurations: told the SLO alone (its default), and with CPU 70 %
+#: beside it (the margin a user adds for headroom beyond the SLO).
+PLOTS = {
+    "": ("servectl-no-forecast", "servectl", "oracle"),
+    "-cpu70": ("servectl-cpu70-no-forecast", "servectl-cpu70", "oracle"),
+}
 
 
 def _policy(
     name: str, trace: trace_mod.Trace, svc: model.ServiceModel, routing: model.Routing
 ) -> Policy:
-    cfg = suite.autoscaling_config(svc, routing=routing)
     day = DAY_S.get(trace.name, 86400)
-    if name == "servectl":
+    if name in POLICIES and name.startswith("servectl"):
+        cpu = suite.CPU_TARGET if name.startswith("servectl-cpu70") else None
+        cfg = suite.autoscaling_config(svc, cpu_target=cpu, routing=routing)
         seasons = forecast.ForecastConfig(periods_s=(float(day), 7.0 * day))
-        return registry.build("servectl", dataclasses.replace(cfg, forecast=seasons))
-    if name == "servectl-no-forecast":
-        return registry.build("servectl", dataclasses.replace(cfg, forecast=None))
+        told = None if name.endswith("no-forecast") else seasons
+        return registry.build("servectl", dataclasses.replace(cfg, forecast=told))
     if name == "hpa":
         return registry.build("hpa", suite.autoscaling_config(svc, latency=False))
     if name == "kpa":
@@ -204,7 +218,13 @@ def plot_ramp(
     load_ax.plot(hours, first.offered_rps[lo:hi], color="0.3", linewidth=1.0)
     load_ax.set_ylabel("requests/s")
     load_ax.set_title(f"{trace}: day {day} morning ramp (time of day, h)")
-    colors = {"servectl": "tab:blue", "servectl-no-forecast": "tab:red", "oracle": "black"}
+    colors = {
+        "servectl": "tab:blue",
+        "servectl-no-forecast": "tab:red",
+        "servectl-cpu70": "tab:blue",
+        "servectl-cpu70-no-forecast": "tab:red",
+        "oracle": "black",
+    }
     for name in policies:
         result = runs.get((trace, name))
         if result is None:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from servectl.autoscaling import cel_policy, config, engine, queueing
+from servectl.autoscaling import cel_policy, config, engine, queueing, signals
 from servectl.autoscaling.decision import Reason
 from servectl.autoscaling.snapshot import RolloutInfo, Snapshot
 from servectl.testing import drive, make_snapshot
@@ -42,15 +42,14 @@ def test_cpu_proportional_on_demand() -> None:
 @pytest.mark.parametrize(
     ("wanted", "replicas", "reason"),
     [
-        (10.2, 10, Reason.WITHIN_TOLERANCE),  # up 2 %: within the 3 % up tolerance
-        (10.5, 11, Reason.SIGNAL),  # up 5 %: more than the up tolerance
+        (10.5, 10, Reason.WITHIN_TOLERANCE),  # +5 %: within 10 %
+        (9.0, 10, Reason.WITHIN_TOLERANCE),  # -10 %: still within
         (9.5, 10, Reason.SIGNAL),  # ceil(9.5) is what runs
-        (9.0, 10, Reason.WITHIN_TOLERANCE),  # 9.9 -> 10: no room to shrink
-        (8.0, 9, Reason.SIGNAL),  # 8.8 -> 9: down to the count with 10 % headroom
-        (5.0, 6, Reason.SIGNAL),  # 5.5 -> 6, not 5
+        (11.5, 12, Reason.SIGNAL),
+        (8.0, 8, Reason.SIGNAL),
     ],
 )
-def test_the_tolerance_band_is_one_sided_each_way(
+def test_a_set_point_holds_within_the_tolerance_either_way(
     wanted: float, replicas: int, reason: Reason
 ) -> None:
     # CPU 70 % of 2 cores at 20 ms a request: `wanted` replicas is wanted x 70 req/s.
@@ -63,30 +62,34 @@ def test_the_tolerance_band_is_one_sided_each_way(
     assert (decision.replicas, decision.reason) == (replicas, reason)
 
 
-def test_a_load_wandering_about_a_replica_boundary_does_not_flap() -> None:
-    # The ask wanders between 7.8 and 8.3 replicas: up to 9 once it passes 8 x 1.03,
-    # then it stays at 9 (shrinking to 8 would leave 8 x 1.1 = 8.8 < 9 headroom...
-    # only an ask under 8 / 1.1 = 7.27 lets it go).
-    policy = engine.EnginePolicy(
-        cfg(
-            behavior=config.Behavior(
-                scale_up=config.servectl_default_behavior().scale_up,
-                scale_down=dataclasses.replace(
-                    config.servectl_default_behavior().scale_down, stabilization_s=0.0
-                ),
-            )
-        )
-    )
-    asks = [7.8, 8.3, 7.9, 8.1, 7.8, 8.2, 7.9, 8.0] * 4
+@pytest.mark.parametrize(
+    ("wanted", "replicas", "reason"),
+    [
+        (10.2, 10, Reason.WITHIN_TOLERANCE),  # up 2 %: within the 3 % up tolerance
+        (10.5, 11, Reason.SIGNAL),  # up 5 %: past it
+        (9.0, 10, Reason.WITHIN_TOLERANCE),  # 9 x 1.1 = 9.9 -> 10: no room to shrink
+        (8.0, 9, Reason.SIGNAL),  # 8.8 -> 9: down to the count with 10 % headroom
+        (5.0, 6, Reason.SIGNAL),  # 5.5 -> 6, not 5
+    ],
+)
+def test_an_edge_is_tolerated_one_sided(wanted: float, replicas: int, reason: Reason) -> None:
+    # The latency signal sizes to the most the SLO allows: no room above it.
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    ask = signals.Proposal("latency_p99", wanted, "ask")
+    desired, why, _ = policy._tolerate(ask, math.ceil(wanted), 10)
+    assert (desired, why) == (replicas, reason)
 
-    def at(t: float, current: int) -> Snapshot:
-        rps = asks[int((t - 1000.0) / 2)] * 70.0
-        return make_snapshot(t, current=current, rps=rps, cpu_usage_cores=rps * 0.02)
 
-    timeline = drive(policy, at, start=1000.0, ticks=len(asks), initial=8)
-    counts = [d.replicas for _, d in timeline]
-    assert counts[0] == 8 and counts[1] == 9
-    assert set(counts[1:]) == {9}
+def test_a_latency_ask_wandering_about_a_replica_boundary_does_not_flap() -> None:
+    # The ask wanders between 7.8 and 8.3 replicas: up to 9 once it passes 8 x 1.03, then
+    # it stays at 9: back to 8 would need an ask under 8 / 1.1 = 7.27.
+    policy = engine.EnginePolicy(cfg(signals=(P99,)))
+    current, counts = 8, []
+    for wanted in [7.8, 8.3, 7.9, 8.1, 7.8, 8.2, 7.9, 8.0] * 4:
+        ask = signals.Proposal("latency_p99", wanted, "ask")
+        current = policy._tolerate(ask, math.ceil(wanted), current)[0]
+        counts.append(current)
+    assert counts[0] == 8 and set(counts[1:]) == {9}
 
 
 def test_overload_panics_past_the_rate_limit() -> None:
@@ -128,13 +131,12 @@ def test_scale_down_waits_for_the_stabilization_window_then_rate_limits() -> Non
     assert all(d.replicas == 10 for t, d in timeline if t <= 1098 + 120 - 2)
     held = [d for t, d in timeline if 1100 <= t < 1218]
     assert held and all(d.reason is Reason.STABILIZING for d in held)
-    # Then at most 50 % per 30 s: 10 -> 5 at t=1218, 5 -> 3 at t=1248 (2 replicas'
-    # worth of load, with the tolerance's 10 % headroom: ceil(2.2) = 3).
+    # Then at most 50 % per 30 s: 10 -> 5 at t=1218, 5 -> 2 (the target) at t=1248.
     assert by_time[1218.0].replicas == 5
     assert by_time[1218.0].reason is Reason.RATE_LIMITED_DOWN
     assert by_time[1246.0].replicas == 5
-    assert by_time[1248.0].replicas == 3
-    assert timeline[-1][1].replicas == 3
+    assert by_time[1248.0].replicas == 2
+    assert timeline[-1][1].replicas == 2
     assert by_time[1000.0].replicas == 10
 
 
@@ -436,8 +438,8 @@ def test_panic_hold_ends_then_the_drained_service_shrinks_to_its_load() -> None:
     timeline = drive(policy, calm, start=1040.0, ticks=60, initial=decision.replicas, state=state)
     held = [d for t, d in timeline if t < 1000.0 + 60.0]
     assert held and all(d.replicas == 26 and d.reason is Reason.PANIC for d in held)
-    # 800 req/s x 20 ms / 1.4 = 11.4 replicas, with the tolerance's 10 % headroom: 13.
-    assert timeline[-1][1].replicas == 13
+    # 800 req/s x 20 ms / 1.4 = 11.4 replicas: 12.
+    assert timeline[-1][1].replicas == 12
 
 
 @pytest.mark.parametrize("kind", ["panics", "surges", "regrets"])
