@@ -167,9 +167,9 @@ def fractional_replicas_for_latency(
     rate is between the most ``n - 1`` and the most ``n`` replicas serve within the
     budget. Behind round robin every replica takes the same share, so that is simply
     ``rate / (the most one replica serves)``. A continuous proposal lets the engine's
-    tolerance band work for latency as it does for CPU: with 8 running, 8.3 wanted holds
-    8; with 9 running, 8.6 wanted holds 9, so a load wandering about a replica boundary
-    does not flap the count.
+    tolerance band work for latency (``engine.EnginePolicy._tolerate``): with 9 running,
+    7.9 wanted holds 9 (``ceil(7.9 x 1.1) = 9``), so a load wandering about a replica
+    boundary does not flap the count; an integer proposal cannot tell 7.9 from 7.1.
     """
     n = replicas_for_latency(
         rate,
