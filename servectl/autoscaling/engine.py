@@ -79,8 +79,8 @@ NEAR_CAPACITY = 0.5
 BURST_PANICS = 2
 BURST_MEMORY_S = 600.0
 #: A surge: the rate above SURGE_FACTOR x its lowest over the last cold start (faster
-#: than new capacity can follow); the next one counts once the rate has stopped rising
-#: (back within REARM_FACTOR of that lowest).
+#: than new capacity can follow); the next one counts only once the rate has come back
+#: down to REARM_FACTOR x the level it surged from (a burst, not a step or a staged ramp).
 SURGE_FACTOR = 1.5
 REARM_FACTOR = 1.2
 #: While bursting, standing capacity for the highest rate of the last PEAK_WINDOW_S
@@ -543,11 +543,12 @@ class EnginePolicy:
         demand, state = self._learn(snap, state, bursting)
         if demand.rate is not None and before:
             lowest = max(min(before), 1.0)
-            if demand.rate > SURGE_FACTOR * lowest and state.get("surge_armed", True):
+            base = state.get("surge_base")
+            if base is None and demand.rate > SURGE_FACTOR * lowest:
                 surges.append(now)
-                state["surge_armed"] = False
-            elif demand.rate <= REARM_FACTOR * lowest:
-                state["surge_armed"] = True
+                state["surge_base"] = lowest
+            elif base is not None and demand.rate <= REARM_FACTOR * float(base):
+                state.pop("surge_base")  # back down: the surge was a burst; re-armed
         state["surges"] = surges
         peaks = _record_peak(state.get("peaks"), now, demand.rate)
         state["peaks"] = peaks

@@ -471,16 +471,12 @@ def test_a_peak_older_than_the_window_is_forgotten() -> None:
     assert after["peaks"] == [[1000.0, 140.0]]
 
 
-def test_a_surge_is_counted_once_until_the_rate_stops_rising() -> None:
-    # 100 req/s, then 200 (2x within a cold start: a surge), held (no second surge), back
-    # to 100 (re-armed), then 200 again: the second surge turns burst memory on.
+def test_a_surge_counts_again_only_after_the_rate_came_back_down() -> None:
+    # 100 req/s, then 200 (2x within a cold start: a surge), then 400 (a staged ramp: no
+    # second surge, the rate never came back down), back to 100 (re-armed), then 200
+    # again: the second surge turns burst memory on.
     policy = engine.EnginePolicy(cfg())
-    plan = [100.0] * 20 + [200.0] * 30 + [100.0] * 30 + [200.0] * 5
-
-    def at(t: float, current: int) -> Snapshot:
-        rps = plan[int((t - 1000.0) / 2)]
-        return make_snapshot(t, current=current, rps=rps, cpu_usage_cores=rps * 0.02)
-
+    plan = [100.0] * 20 + [200.0] * 30 + [400.0] * 30 + [100.0] * 30 + [200.0] * 5
     state: dict[str, object] = {"service_s": 0.02}
     surges: list[int] = []
     for i, rps in enumerate(plan):
@@ -490,7 +486,7 @@ def test_a_surge_is_counted_once_until_the_rate_stops_rising() -> None:
         )
         surges.append(len(state["surges"]))  # type: ignore[arg-type]
     assert surges[19] == 0 and surges[20] == 1
-    assert surges[49] == 1  # held at 200: one surge
+    assert surges[79] == 1  # the staged ramp to 400: still one
     assert surges[-1] == 2
 
 
