@@ -179,6 +179,11 @@ class EnginePolicy:
         self._forecast_memo: tuple[object, tuple[Any, ...], forecast.Forecast] | None = None
 
     @property
+    def _pooled(self) -> bool:
+        """Least request in front: the replicas' queues act as one (``queueing``)."""
+        return self.config.routing is config.Routing.LEAST_REQUEST
+
+    @property
     def name(self) -> str:
         return "servectl" if self.custom is None else f"servectl+{self.custom.name}"
 
@@ -256,7 +261,7 @@ class EnginePolicy:
             wait_budget_s=budget_s,
             request_cores=request_cores,
             threads=cfg.threads_per_replica,
-            pooled=cfg.routing is config.Routing.LEAST_REQUEST,
+            pooled=self._pooled,
         )
         new_state: State = {
             **state,
@@ -332,13 +337,7 @@ class EnginePolicy:
         if expected <= now_rate:
             return None, note
         ahead = dataclasses.replace(demand, projected_rate=expected)
-        best: signals.Proposal | None = None
-        for target in cfg.signals:
-            if target.type is config.SignalType.GPU:
-                continue  # duty cycle is not a function of the rate the engine models
-            prop = _usable(signals.propose(target, snap, ahead, cfg.max_replicas))
-            if prop is not None and (best is None or prop.replicas > best.replicas):
-                best = prop
+        best = self._at_rate(snap, ahead)
         if best is None:
             return None, note
         return (
@@ -349,6 +348,18 @@ class EnginePolicy:
             ),
             note,
         )
+
+    def _at_rate(self, snap: Snapshot, demand: signals.Demand) -> signals.Proposal | None:
+        """The largest proposal of the rate-driven signals at ``demand``'s rate (GPU duty
+        cycle is not a function of the rate the engine models)."""
+        best: signals.Proposal | None = None
+        for target in self.config.signals:
+            if target.type is config.SignalType.GPU:
+                continue
+            prop = _usable(signals.propose(target, snap, demand, self.config.max_replicas))
+            if prop is not None and (best is None or prop.replicas > best.replicas):
+                best = prop
+        return best
 
     def _standing_proposal(
         self, snap: Snapshot, demand: signals.Demand, peaks: list[list[float]]
@@ -361,14 +372,7 @@ class EnginePolicy:
         peak = max(v for _, v in peaks)
         if peak <= (demand.projected_rate or 0.0):
             return None
-        at_peak = dataclasses.replace(demand, rate=peak, projected_rate=peak)
-        best: signals.Proposal | None = None
-        for target in self.config.signals:
-            if target.type is config.SignalType.GPU:
-                continue
-            prop = _usable(signals.propose(target, snap, at_peak, self.config.max_replicas))
-            if prop is not None and (best is None or prop.replicas > best.replicas):
-                best = prop
+        best = self._at_rate(snap, dataclasses.replace(demand, rate=peak, projected_rate=peak))
         if best is None:
             return None
         return signals.Proposal(
@@ -440,7 +444,7 @@ class EnginePolicy:
             service_s,
             self.config.threads_per_replica,
             q,
-            pooled=self.config.routing is config.Routing.LEAST_REQUEST,
+            pooled=self._pooled,
         )
 
     def _budget_prior(
