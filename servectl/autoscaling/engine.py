@@ -316,8 +316,8 @@ class EnginePolicy:
     def _forecast_proposal(
         self, snap: Snapshot, demand: signals.Demand, state: State
     ) -> tuple[signals.Proposal | None, str | None]:
-        """What the configured signals ask for at the rate the forecast expects over the
-        next cold start, when that is above the rate they already project; and the
+        """When the forecast expects more than the rate the signals already project: what
+        they ask for at the high side of it (its estimate plus its recent error); and the
         forecaster's state in words (None when forecasting is off)."""
         cfg = self.config
         if cfg.forecast is None:
@@ -333,18 +333,24 @@ class EnginePolicy:
         now_rate = demand.projected_rate
         if expected is None or now_rate is None or demand.rate is None:
             return None, note
-        note = f"{expected:.0f} req/s expected within {horizon:.0f} s ({seen.reason})"
+        # Only a rise counts (a forecast of the rate the signals already see adds nothing);
+        # its own recent error is its error bar: capacity is sized for the high side, as a
+        # ramp a little steeper than the last one would need.
+        error = seen.recent_error or 0.0
+        window = horizon + cfg.forecast.timing_slack_buckets * cfg.forecast.bucket_s
+        note = f"{expected:.0f} req/s expected within {window:.0f} s ({seen.reason})"
         if expected <= now_rate:
             return None, note
-        ahead = dataclasses.replace(demand, projected_rate=expected)
-        best = self._at_rate(snap, ahead)
+        high = expected * (1.0 + error)
+        best = self._at_rate(snap, dataclasses.replace(demand, projected_rate=high))
         if best is None:
             return None, note
         return (
             signals.Proposal(
                 "forecast",
                 best.replicas,
-                f"forecast: {note}; {best.signal} at that rate: {best.detail}",
+                f"forecast: {note}; sized for {high:.0f} req/s (+ its recent error);"
+                f" {best.signal} at that rate: {best.detail}",
             ),
             note,
         )

@@ -58,6 +58,7 @@ class ForecastConfig:
     max_level_ratio: float = 2.0
     min_level_ratio: float = 0.5
     max_error: float = 0.35
+    timing_slack_buckets: int = 6
     # Derived once (the forecast runs every tick): bucket length, periods in buckets
     # (ascending) and the history's length.
     bucket_s: float = field(init=False, repr=False, compare=False)
@@ -79,6 +80,9 @@ class ForecastConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} must be a whole number >= 1")
+        slack = self.timing_slack_buckets
+        if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
+            raise ValueError(f"timing_slack_buckets: {slack!r} must be a whole number >= 0")
         bucket_s = min(periods) / self.buckets_per_period
         lengths = []
         for period in sorted(periods):
@@ -100,6 +104,11 @@ class ForecastConfig:
             raise ValueError(
                 f"level_window_buckets + backtest_buckets ({window}) must be shorter than"
                 f" the shortest period ({lengths[0]} buckets)"
+            )
+        if 2 * slack >= lengths[0]:
+            raise ValueError(
+                f"timing_slack_buckets ({slack}) must be under half the shortest period"
+                f" ({lengths[0]} buckets)"
             )
         lo, hi = self.min_level_ratio, self.max_level_ratio
         if not (math.isfinite(lo) and 0 < lo <= 1):
@@ -379,19 +388,22 @@ def _candidate(means: Means, origin: int, ahead: int, lag: int, cfg: ForecastCon
     period_s = lag * cfg.bucket_s
     size = len(means)
     backtest = cfg.backtest_buckets
-    pairs = _Pairs(means, origin - backtest - ahead - cfg.level_window_buckets, origin, lag, cfg)
+    # Each bucket up to `reach` ahead can set the peak: the slack covers a ramp that
+    # comes a little earlier than it did one period ago.
+    reach = ahead + cfg.timing_slack_buckets
+    pairs = _Pairs(means, origin - backtest - reach - cfg.level_window_buckets, origin, lag, cfg)
     level = pairs.level(origin)
     if level is None:
         return Candidate(period_s, None, None, None, "")
     peak: float | None = None
-    for k in range(origin - lag, min(origin + ahead + 1 - lag, size)):
+    for k in range(origin - lag, min(origin + reach + 1 - lag, size)):
         base = means[k]
         if base is not None and (peak is None or base > peak):
             peak = base
     if peak is None:
         return Candidate(period_s, None, level, None, "")
 
-    # Backtest: each recent bucket as the far end of a look-ahead made `ahead` buckets
+    # Backtest: each recent bucket as the far end of a look-ahead made `reach` buckets
     # before it, with that moment's level.
     missed = actual_sum = 0.0
     scored = 0
@@ -400,7 +412,7 @@ def _candidate(means: Means, origin: int, ahead: int, lag: int, cfg: ForecastCon
         base = means[j - lag]
         if actual is None or base is None:
             continue
-        then_level = pairs.level(j - ahead)
+        then_level = pairs.level(j - reach)
         if then_level is None:
             continue
         missed += abs(base * then_level - actual)
@@ -415,7 +427,7 @@ def _candidate(means: Means, origin: int, ahead: int, lag: int, cfg: ForecastCon
 
 def _learning_note(history: History, cfg: ForecastConfig, period_s: float, ahead: int) -> str:
     span_s = history_span_s(history, cfg)
-    extra = cfg.level_window_buckets + cfg.backtest_buckets + ahead
+    extra = cfg.level_window_buckets + cfg.backtest_buckets + ahead + cfg.timing_slack_buckets
     need_s = period_s + extra * cfg.bucket_s
     if span_s < need_s:
         return f"learning: {_duration(span_s)} of {_duration(need_s)} history"

@@ -253,10 +253,11 @@ _FORECAST_DEFAULT = forecast.ForecastConfig()
 
 
 class ForecastSpec(SpecModel):
-    """Predictive pre-scaling: a forecast of the request rate one cold start ahead, learnt
-    from the service's own history (docs/forecasting.md). It only ever adds capacity to
-    what the signals ask for, inside the behavior rails, and stays silent until it has a
-    full season of history and while its recent forecasts are off by more than 35 %."""
+    """Predictive pre-scaling: a forecast of the request rate one cold start ahead (plus a
+    slack for a ramp that comes earlier than it did one season ago), learnt from the
+    service's own history (docs/forecasting.md). It only ever adds capacity to what the
+    signals ask for, inside the behavior rails, and stays silent until it has a full
+    season of history and while its recent forecasts are off by more than 35 %."""
 
     enabled: bool = Field(default=True, description="false: scale on the signals alone.")
     periods_seconds: list[Annotated[int, Field(ge=600, le=1_209_600)]] | None = Field(
@@ -269,13 +270,29 @@ class ForecastSpec(SpecModel):
         + " (a day and a week).",
     )
 
+    timing_slack_buckets: int | None = Field(
+        default=None,
+        ge=0,
+        description="How many buckets (the shortest period / 288) further than one cold "
+        "start the forecast looks, so that a ramp coming earlier than it did one season ago "
+        f"is met. Omitted: {_FORECAST_DEFAULT.timing_slack_buckets} (30 minutes of a day). "
+        "Under half the shortest period.",
+    )
+
     @model_validator(mode="after")
     def _buildable(self) -> Self:
         try:
             self.to_config()
         except ValueError as exc:
+            text = str(exc)
+            if text.startswith("timing_slack_buckets"):
+                raise spec_error(
+                    text.replace("timing_slack_buckets", "timingSlackBuckets"),
+                    field=("timingSlackBuckets",),
+                    fix="use fewer buckets than half the shortest period, e.g. 6",
+                ) from None
             raise spec_error(
-                str(exc).replace("periods_s", "periodsSeconds"),
+                text.replace("periods_s", "periodsSeconds"),
                 field=("periodsSeconds",),
                 fix="use periods that are whole multiples of the shortest / 288, e.g. "
                 "[86400, 604800]",
@@ -285,9 +302,17 @@ class ForecastSpec(SpecModel):
     def to_config(self) -> forecast.ForecastConfig | None:
         if not self.enabled:
             return None
-        if self.periods_seconds is None:
+        if self.periods_seconds is None and self.timing_slack_buckets is None:
             return _FORECAST_DEFAULT
-        return forecast.ForecastConfig(periods_s=tuple(float(p) for p in self.periods_seconds))
+        periods = self.periods_seconds
+        return forecast.ForecastConfig(
+            periods_s=_FORECAST_DEFAULT.periods_s
+            if periods is None
+            else tuple(float(p) for p in periods),
+            timing_slack_buckets=_FORECAST_DEFAULT.timing_slack_buckets
+            if self.timing_slack_buckets is None
+            else self.timing_slack_buckets,
+        )
 
 
 class AutoscalingSpec(SpecModel):

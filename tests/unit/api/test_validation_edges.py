@@ -63,6 +63,20 @@ CASES: list[tuple[str, dict[str, object], str, str, str]] = [
         "write a non-empty value",
     ),
     (
+        "forecast periods that share no bucket",
+        {"spec.autoscaling.forecast": {"periodsSeconds": [86400, 86401]}},
+        "spec.autoscaling.forecast.periodsSeconds",
+        "is not a whole number of 300 s buckets",
+        "[86400, 604800]",
+    ),
+    (
+        "forecast slack of half a day",
+        {"spec.autoscaling.forecast": {"timingSlackBuckets": 144}},
+        "spec.autoscaling.forecast.timingSlackBuckets",
+        "timingSlackBuckets (144) must be under half the shortest period (288 buckets)",
+        "e.g. 6",
+    ),
+    (
         "timestamp that is not one",
         {"metadata.creationTimestamp": "yesterday"},
         "metadata.creationTimestamp",
@@ -239,3 +253,16 @@ def test_describe_rules_says_when_a_direction_is_disabled() -> None:
         select=config.SelectPolicy.MIN,
     )
     assert models.describe_rules(windowed) == "300 s window, min(50 % / 30 s)"
+
+
+def test_forecast_knobs_reach_the_engine(edit: Edit) -> None:
+    def forecast_of(changes: dict[str, object]) -> object:
+        service = validation.load_model_service(edit(changes))
+        return service.spec.autoscaling.to_config().forecast
+
+    default = forecast_of({})
+    assert default is not None and default.timing_slack_buckets == 6
+    told = forecast_of({"spec.autoscaling.forecast": {"timingSlackBuckets": 0}})
+    assert told is not None and told.timing_slack_buckets == 0
+    assert told.periods_s == (86400.0, 604800.0)
+    assert forecast_of({"spec.autoscaling.forecast": {"enabled": False}}) is None

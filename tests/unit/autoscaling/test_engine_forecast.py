@@ -74,23 +74,28 @@ def test_with_too_little_history_the_engine_is_reactive_and_says_it_is_learning(
 
 def test_after_a_day_it_pre_scales_one_cold_start_before_the_daily_step() -> None:
     policy = engine.EnginePolicy(cfg())
-    _, state, current = run(policy, 0.0, DAY + STEP_AT - 60.0, policy.initial_state(), 1)
-    timeline, state, current = run(policy, DAY + STEP_AT - 60.0, DAY + STEP_AT, state, current)
+    # The forecast looks one cold start and a tick ahead, plus its timing slack (6 buckets
+    # of 12.5 s): a step that came up to 75 s earlier than yesterday's is still met.
+    window = 30.0 + 2.0 + FCFG.timing_slack_buckets * FCFG.bucket_s
+    _, state, current = run(policy, 0.0, DAY + STEP_AT - 180.0, policy.initial_state(), 1)
+    timeline, state, current = run(policy, DAY + STEP_AT - 180.0, DAY + STEP_AT, state, current)
     before = {t: d for t, d in timeline}
-    # A minute before the step the forecast already names the step's rate ...
-    quiet = before[DAY + STEP_AT - 60.0]
+    # Three minutes before the step the forecast is ready but sees only the quiet load ...
+    quiet = before[DAY + STEP_AT - 180.0]
     assert quiet.forecast is not None and "daily" not in quiet.forecast  # a 1 h "day"
-    # ... and within one cold start (+ a tick) of it, it orders the step's capacity:
+    assert quiet.forecast.startswith("100 req/s expected"), quiet.forecast
+    # ... and within its window (+ a bucket) of the step, it orders the step's capacity:
     # 600 req/s x 20 ms / (2 cores x 70 %) = 8.57 -> 9 replicas, while the load is 100 req/s.
     early = [(t, d) for t, d in timeline if d.signal == "forecast"]
     assert early, [d.detail for _, d in timeline[-20:]]
     first_t, first = early[0]
-    assert DAY + STEP_AT - first_t <= 30.0 + 2.0 + FCFG.bucket_s
+    assert window - FCFG.bucket_s <= DAY + STEP_AT - first_t <= window + FCFG.bucket_s
     # servectl's default rails (up 100 % or 4 pods per 10 s) apply: 2 -> 6, then 9.
     assert first.replicas == 6 and first.reason.value == "RATE_LIMITED_UP"
     assert first.proposals["forecast"] == pytest.approx(600 * 0.02 / 1.4, rel=0.05)
     assert first.proposals["cpu"] < 2.0  # the reactive ask: 100 req/s
-    assert "forecast:" in first.detail and "req/s expected within 32 s" in first.detail
+    assert "forecast:" in first.detail and "req/s expected within 107 s" in first.detail
+    assert "sized for 600 req/s" in first.detail  # a clean step: no error to add
     assert current == 9  # ready when the step lands
 
 
@@ -192,3 +197,38 @@ def test_the_per_bucket_memo_gives_what_the_forecaster_gives_every_tick(
         ticks += 1
     # 90 ticks over 180 s of 12.5 s buckets: the forecaster ran about once a bucket.
     assert ticks == 90 and calls <= 2 * (180 / FCFG.bucket_s + 1)
+
+
+@pytest.mark.parametrize(
+    ("expected", "error", "wanted"),
+    [
+        (600.0, 0.10, 600 * 1.10 * 0.02 / 1.4),  # a rise: sized for its high side
+        (600.0, 0.0, 600 * 0.02 / 1.4),
+        (100.0, 0.30, None),  # no rise over the rate seen: the error adds nothing
+    ],
+)
+def test_the_forecast_sizes_for_its_estimate_plus_its_recent_error(
+    monkeypatch: pytest.MonkeyPatch, expected: float, error: float, wanted: float | None
+) -> None:
+    def told(*args: object) -> forecast.Forecast:
+        return forecast.Forecast(
+            expected,
+            f"1.0 h season, level 1.00, error {error * 100:.0f} %",
+            forecast.ForecastStatus.READY,
+            period_s=DAY,
+            level=1.0,
+            recent_error=error,
+        )
+
+    monkeypatch.setattr(engine.forecast, "forecast", told)
+    policy = engine.EnginePolicy(cfg())
+    state = policy.initial_state()
+    for t in (0.0, 2.0):  # a history to forecast from, then a decision
+        snap = make_snapshot(t, current=2, rps=100.0, cpu_usage_cores=2.0)
+        decision, state = policy.decide(snap, state)
+    if wanted is None:
+        assert "forecast" not in decision.proposals
+        assert decision.forecast is not None and decision.forecast.startswith("100 req/s")
+        return
+    assert decision.proposals["forecast"] == pytest.approx(wanted, rel=1e-6)
+    assert f"sized for {expected * (1 + error):.0f} req/s" in decision.detail

@@ -7,6 +7,7 @@ milliseconds; the default config's real days give the same bucket counts.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import random
@@ -66,6 +67,7 @@ def test_config_derives_bucket_length_and_history_size() -> None:
     assert default.capacity == 2304  # a week and a day of 5-minute buckets
     assert CFG.bucket_s == 12.5
     assert CFG.capacity == 2304
+    assert default.timing_slack_buckets == 6  # 30 min of a real day
 
 
 @pytest.mark.parametrize(
@@ -89,6 +91,10 @@ def test_config_derives_bucket_length_and_history_size() -> None:
         ({"max_level_ratio": math.inf}, "max_level_ratio"),
         ({"max_error": 0.0}, "max_error"),
         ({"max_error": math.nan}, "max_error"),
+        ({"timing_slack_buckets": -1}, "timing_slack_buckets"),
+        ({"timing_slack_buckets": 1.5}, "timing_slack_buckets"),
+        ({"timing_slack_buckets": True}, "timing_slack_buckets"),
+        ({"buckets_per_period": 40, "timing_slack_buckets": 20}, "under half the shortest"),
     ],
 )
 def test_config_rejects_unusable_knobs(kwargs: dict[str, object], message: str) -> None:
@@ -120,6 +126,28 @@ def test_daily_pattern_forecasts_the_next_morning_peak_within_10_percent() -> No
     weekly = result.candidates[1]
     assert weekly.rate_rps is None
     assert weekly.note == "learning: 2.2 h of 7.3 h history"
+
+
+def test_the_timing_slack_meets_a_ramp_that_comes_earlier_than_yesterdays() -> None:
+    # 100 rps, then 600 from ~40 % of the day (a bucket's start); today (day 2) the step
+    # comes 60 s early.
+    step = 115 * CFG.bucket_s
+
+    def rate(t: float) -> float:
+        early = 60.0 if t >= 2 * DAY else 0.0
+        return 600.0 if t % DAY >= step - early else 100.0
+
+    now = 2 * DAY + step - 60.0 - 40.0  # 40 s before today's step
+    history = replay(rate, now)
+    horizon = 32.0  # a cold start and a tick
+    exact = dataclasses.replace(CFG, timing_slack_buckets=0)
+    # Yesterday's next 32 s were quiet: without slack the step is not seen coming.
+    assert forecast.forecast(history, exact, now, horizon).rate_rps == pytest.approx(100.0)
+    # The default slack (6 buckets, 75 s here) reaches yesterday's step.
+    seen = forecast.forecast(history, CFG, now, horizon)
+    assert seen.status is ForecastStatus.READY
+    assert seen.rate_rps == pytest.approx(600.0)
+    assert seen.recent_error == pytest.approx(0.0)
 
 
 def weekly_shape(t: float) -> float:
@@ -247,16 +275,19 @@ def test_gaps_are_skipped_not_counted_as_zero() -> None:
     assert result.level == 1.0
     assert result.rate_rps == 200.0
 
-    # Nothing observed one day before the whole look-ahead: no estimate, not zero; a
-    # look-ahead reaching past the gap's day-old buckets uses the observed ones.
+    # Nothing observed one day before the whole look-ahead (no timing slack here): no
+    # estimate, not zero; a look-ahead reaching past the gap's day-old buckets uses the
+    # observed ones, and so does the default slack (6 buckets past a 3-bucket gap).
+    exact = dataclasses.replace(CFG, timing_slack_buckets=0)
     earlier = (288 + 432) * CFG.bucket_s
     history = replay(lambda t: 200.0, earlier, skip=down)
-    inside = forecast.forecast(history, CFG, earlier, 0.0)
+    inside = forecast.forecast(history, exact, earlier, 0.0)
     assert inside.rate_rps is None
     assert inside.status is ForecastStatus.LEARNING
     assert inside.reason == "learning: gaps in the history 1.0 h ago"
-    across = forecast.forecast(history, CFG, earlier, 5 * CFG.bucket_s)
+    across = forecast.forecast(history, exact, earlier, 5 * CFG.bucket_s)
     assert across.rate_rps == 200.0
+    assert forecast.forecast(history, CFG, earlier, 0.0).rate_rps == 200.0
 
 
 def test_time_going_backwards_resets_and_jitter_does_not() -> None:
