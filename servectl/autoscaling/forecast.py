@@ -1,4 +1,4 @@
-"""Seasonal request-rate forecast: the peak rate expected over the next cold start.
+"""Seasonal request-rate forecast: the peak rate expected over the next cold start (and a slack).
 
 A pure, bounded-state forecaster the engine calls once a tick (docs/forecasting.md has the
 method, its knobs and its limits). Time is always an argument (``now``, in seconds).
@@ -15,9 +15,11 @@ For a future bucket ``k`` and a period of ``L`` buckets the seasonal estimate is
     level = Σ rate(recent W buckets) / Σ rate(the same W buckets one period earlier),
 
 clipped to ``[min_level_ratio, max_level_ratio]`` (the level carries trend and
-day-to-day amplitude). Each period is backtested on the last ``backtest_buckets`` closed
-buckets, each predicted from the data one look-ahead before it, and scored by the
-relative error Σ|predicted − actual| / Σ actual. The longest period whose error is within
+day-to-day amplitude). The forecast is the peak estimate over the look-ahead and
+``timing_slack_buckets`` more (a ramp earlier than one period ago is still met). Each
+period is backtested on the last ``backtest_buckets`` closed buckets, each predicted
+from the data one look-ahead (and slack) before it, and scored by the relative error
+Σ|predicted − actual| / Σ actual. The longest period whose error is within
 ``PREFER_LONGER_SLACK`` of the best one wins; over ``max_error`` the forecast is off.
 
 Worked example (daily period, W = 3): yesterday's buckets at this hour 100, 110, 120
@@ -435,7 +437,8 @@ def _learning_note(history: History, cfg: ForecastConfig, period_s: float, ahead
 
 
 def forecast(history: History, cfg: ForecastConfig, now: float, horizon_s: float) -> Forecast:
-    """The peak bucket rate expected over ``[now, now + horizon_s]``, and why.
+    """The peak bucket rate expected over ``[now, now + horizon_s]`` and
+    ``cfg.timing_slack_buckets`` past it, and why.
 
     ``rate_rps`` is None (with status LEARNING or INACCURATE) when no period has enough
     history or the best one's recent relative error exceeds ``cfg.max_error``.
