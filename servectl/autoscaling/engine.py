@@ -16,10 +16,11 @@ One ``decide`` call per tick, a pure function of the snapshot and the persisted 
 4. Missing metrics never shrink anything (DESIGN §4 rule 8).
 5. Panic: overloaded, a 2x burst or nothing ready -> straight to the proposal (no up rate
    limit) and no scale-down for ``panic_hold_s``, extended while requests stay queued.
-6. Burst memory: repeated panics, surges (the rate up 1.5x within a cold start) or
-   re-grows mean bursts shorter than a cold start: the trend projection is off (a
-   burst's rise is over before capacity lands) and ``burst`` proposes standing capacity
-   for the peak rate of the last 10 minutes. The ``forecast`` proposal (predictive
+6. Burst memory: repeated panics (for a load that did not hold for three cold starts:
+   a step is no burst), surges (the rate up 1.5x within a cold start) or re-grows mean
+   bursts shorter than a cold start: the trend projection is off (a burst's rise is
+   over before capacity lands) and ``burst`` proposes standing capacity for the peak
+   rate of the last 10 minutes. The ``forecast`` proposal (predictive
    pre-scaling) and ``burst`` only ever add to the reactive ask.
 7. A custom CEL policy, if any, sees ``recommended``; its errors fall back to the
    recommendation with reason POLICY_ERROR.
@@ -78,6 +79,10 @@ NEAR_CAPACITY = 0.5
 #: BURST_MEMORY_S mean bursts recur faster than capacity can follow.
 BURST_PANICS = 2
 BURST_MEMORY_S = 600.0
+#: A panic counts towards burst memory unless the load it answered held for this many
+#: cold starts (a step, not a burst: standing capacity for it would be for nothing once
+#: the load steps down again).
+BURST_LASTS_COLD_STARTS = 3.0
 #: A surge: the rate above SURGE_FACTOR x its lowest over the last cold start (faster
 #: than new capacity can follow); the next one counts only once the rate has come back
 #: down to REARM_FACTOR x the level it surged from (a burst, not a step or a staged ramp).
@@ -139,6 +144,20 @@ def _record_peak(raw: object, now: float, rate: float | None) -> list[list[float
         else:
             peaks.append([bucket, rate])
     return peaks
+
+
+def _held(panic_t: float, peaks: list[list[float]], now: float, lasts_s: float) -> bool:
+    """Whether the load a panic answered stayed: ``lasts_s`` have passed since it and the
+    rate never fell below 1 / SURGE_FACTOR of its level then (the panic's 10 s bucket and
+    the next). A rate that fell back sooner was a burst; until ``lasts_s`` have passed,
+    or with no rate seen in between, the panic counts as one (burst memory errs on the
+    side of capacity)."""
+    start = math.floor(panic_t / PEAK_BUCKET_S) * PEAK_BUCKET_S
+    level = max((v for t, v in peaks if start <= t <= start + PEAK_BUCKET_S), default=None)
+    if level is None or now - panic_t < lasts_s:
+        return False
+    after = [v for t, v in peaks if start + PEAK_BUCKET_S < t <= panic_t + lasts_s]
+    return bool(after) and min(after) >= level / SURGE_FACTOR
 
 
 def _positive(value: float | None) -> float | None:
@@ -546,9 +565,13 @@ class EnginePolicy:
             stale_note = ""
         state = dict(state)  # never mutate the caller's copy
         panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
+        # A panic for a step the load then holds is no burst: only the others count.
+        lasts_s = BURST_LASTS_COLD_STARTS * cfg.cold_start_s
+        seen = _record_peak(state.get("peaks"), now, None)
+        burst_panics = [t for t in panics if not _held(t, seen, now, lasts_s)]
         regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
         surges = [float(t) for t in state.get("surges", []) if now - float(t) < BURST_MEMORY_S]
-        bursting = max(len(panics), len(surges), len(regrets)) >= BURST_PANICS
+        bursting = max(len(burst_panics), len(surges), len(regrets)) >= BURST_PANICS
         before = [float(v) for t, v in state.get("rates", []) if now - float(t) <= cfg.cold_start_s]
         demand, state = self._learn(snap, state, bursting)
         if demand.rate is not None and before:
@@ -663,7 +686,7 @@ class EnginePolicy:
         )
         if bursting and norm.reason is Reason.STABILIZING:
             detail = (
-                f"{detail}; burst memory ({len(panics)} panics, {len(surges)} surges, "
+                f"{detail}; burst memory ({len(burst_panics)} panics, {len(surges)} surges, "
                 f"{len(regrets)} re-grows in {BURST_MEMORY_S:.0f} s)"
             )
         result = norm.replicas

@@ -576,3 +576,36 @@ def test_a_regrow_is_recorded() -> None:
     assert decision.replicas == 10
     assert state["regrets"] == [1000.0]
     assert state["direction"] == 1
+
+
+def test_a_panic_for_a_step_the_load_holds_is_no_burst() -> None:
+    # Two panics in the last 10 minutes, at 700 s and 850 s. The first answered a step
+    # from 140 to 700 req/s that held for 3 cold starts (90 s) and more: a step, not a
+    # burst, so only one panic counts and no standing capacity is kept for the peak.
+    policy = engine.EnginePolicy(cfg())
+    snap = make_snapshot(1000.0, current=10, rps=140.0, cpu_usage_cores=2.8)
+    held = [[t, 700.0] for t in range(700, 860, 10)]
+    decision, _ = policy.decide(snap, {"service_s": 0.02, "panics": [700.0, 850.0], "peaks": held})
+    assert "burst" not in decision.proposals
+    # The same two panics for a 20 s burst each (back to 140 req/s in between): bursting.
+    bursts = [[700.0, 700.0], [710.0, 700.0], [720.0, 140.0], [850.0, 700.0], [860.0, 140.0]]
+    state = {"service_s": 0.02, "panics": [700.0, 850.0], "peaks": bursts}
+    decision, _ = policy.decide(snap, state)
+    assert decision.proposals["burst"] == pytest.approx(10.0)
+    assert decision.signal == "burst"
+
+
+def test_a_panic_counts_as_a_burst_until_the_load_has_held_long_enough() -> None:
+    # 60 s after the first panic the load is still up (500 req/s, above 700 / 1.5), but 3
+    # cold starts (90 s) have not passed: it still counts (burst memory errs on the side
+    # of capacity) and the 700 req/s peak's 10 replicas stand.
+    policy = engine.EnginePolicy(cfg())
+    snap = make_snapshot(760.0, current=10, rps=500.0, cpu_usage_cores=10.0)
+    peaks = [[t, 700.0] for t in range(700, 760, 10)]
+    state = {"service_s": 0.02, "panics": [700.0, 750.0], "peaks": peaks}
+    decision, _ = policy.decide(snap, state)
+    assert decision.proposals["burst"] == pytest.approx(10.0)
+    assert engine._held(700.0, peaks, 760.0, 90.0) is False
+    assert engine._held(700.0, [*peaks, [790.0, 700.0]], 800.0, 90.0) is True
+    assert engine._held(700.0, [[700.0, 700.0], [720.0, 400.0]], 800.0, 90.0) is False
+    assert engine._held(700.0, [[700.0, 700.0]], 800.0, 90.0) is False  # nothing seen after
