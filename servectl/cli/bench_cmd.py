@@ -430,7 +430,15 @@ def _forecast_bench(
             for suffix, shown in fb.PLOTS.items():
                 path = plot_dir / f"forecast-{name}{suffix}-{choice.value}.png"
                 try:
-                    fb.plot_ramp(runs, name, day, str(path), suite.service().slo_ms, shown)
+                    fb.plot_ramp(
+                        runs,
+                        name,
+                        day,
+                        str(path),
+                        suite.service().slo_ms,
+                        shown,
+                        day_s=known[name].day_s,
+                    )
                     plots.append(path)
                 except ImportError:
                     err.print("no plot: matplotlib is not installed (pip install 'servectl[plot]')")

@@ -18,6 +18,7 @@ Everyone runs on the same arrivals (same seed), the same cold start, min and max
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from servectl.autoscaling import config, registry
@@ -78,6 +79,17 @@ def kpa_config(svc: model.ServiceModel) -> config.AutoscalingConfig:
     )
 
 
+def with_seasons(cfg: config.AutoscalingConfig, trace: traces.Trace) -> config.AutoscalingConfig:
+    """``cfg`` told the trace's own day and week, as a user would set
+    ``spec.autoscaling.forecast.periodsSeconds`` for their service: only a trace whose
+    days are compressed (``trace.day_s`` under a real day) changes anything, and a
+    forecast that is off stays off."""
+    if cfg.forecast is None or trace.day_s == 86400:
+        return cfg
+    seasons = (float(trace.day_s), 7.0 * trace.day_s)
+    return dataclasses.replace(cfg, forecast=dataclasses.replace(cfg.forecast, periods_s=seasons))
+
+
 PolicyFactory = Callable[[traces.Trace], Policy]
 
 
@@ -92,7 +104,7 @@ def policies(
     cfg = autoscaling_config(svc, routing=routing)
     cpu_only = autoscaling_config(svc, latency=False)
     factories: dict[str, PolicyFactory] = {
-        "servectl": lambda _trace: registry.build("servectl", cfg),
+        "servectl": lambda trace: registry.build("servectl", with_seasons(cfg, trace)),
         "hpa": lambda _trace: registry.build("hpa", cpu_only),
         "kpa": lambda _trace: registry.build("kpa", kpa_config(svc)),
         "oracle": lambda trace: oracle.OraclePolicy(trace, svc),

@@ -27,13 +27,23 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """``rps[i]`` is the mean arrival rate during second ``i`` (requests per second)."""
+    """``rps[i]`` is the mean arrival rate during second ``i`` (requests per second).
+
+    ``day_s`` is the length of the trace's day: 86400 for real time, less for a trace
+    whose days are compressed (``diurnal_weekly(day_s=3600)``), so that a forecasting
+    policy can be told the trace's own seasons, as a user would tell servectl theirs.
+    """
 
     name: str
     rps: FloatArray
     description: str = ""
+    day_s: int = 86400
 
     def __post_init__(self) -> None:
+        if isinstance(self.day_s, bool) or not isinstance(self.day_s, int | np.integer):
+            raise TraceError(f"trace {self.name!r}: day_s must be a whole number of seconds")
+        if self.day_s < 24:
+            raise TraceError(f"trace {self.name!r}: day_s must be >= 24, got {self.day_s}")
         rates = np.array(self.rps, dtype=np.float64)  # a private, read-only copy
         if rates.ndim != 1 or rates.size == 0:
             raise TraceError(f"trace {self.name!r}: rps must be a non-empty 1-D array")
@@ -349,6 +359,7 @@ def diurnal_weekly(
             f"{days} business day(s) of {day_s} s from {first}, {low:g} -> {high:g} rps, "
             f"weekends x{weekend_factor:g}, wander {wander:.0%}, noise {noise:.0%}"
         ),
+        day_s=int(day_s),
     )
 
 
@@ -531,7 +542,9 @@ def truncate(trace: Trace, seconds: int) -> Trace:
     """The first ``seconds`` of ``trace`` (all of it if shorter)."""
     if seconds < 1:
         raise TraceError(f"seconds must be >= 1, got {seconds}")
-    return Trace(name=trace.name, rps=trace.rps[:seconds], description=trace.description)
+    return Trace(
+        name=trace.name, rps=trace.rps[:seconds], description=trace.description, day_s=trace.day_s
+    )
 
 
 def scaled(trace: Trace, factor: float) -> Trace:
@@ -542,6 +555,7 @@ def scaled(trace: Trace, factor: float) -> Trace:
         name=trace.name,
         rps=trace.rps * factor,
         description=f"{trace.description} (x{factor:g})".strip(),
+        day_s=trace.day_s,
     )
 
 
@@ -653,7 +667,7 @@ def standard_suite(seed: int = 0) -> list[Trace]:
     hour = 3600
 
     def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description)
+        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
 
     return [
         named(
@@ -688,7 +702,7 @@ def production_suite(seed: int = 0) -> list[Trace]:
     hour = 3600
 
     def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description)
+        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
 
     return [
         named(
@@ -728,7 +742,7 @@ def forecast_suite(seed: int = 0) -> list[Trace]:
     """
 
     def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description)
+        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
 
     return [
         named(

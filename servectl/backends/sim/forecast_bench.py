@@ -22,14 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from servectl.autoscaling import forecast, registry
+from servectl.autoscaling import registry
 from servectl.autoscaling.policy import Policy
 from servectl.backends.sim.run import simulate
 from servectl.sim import model, oracle, results, suite
 from servectl.sim import traces as trace_mod
 
-#: The compressed trace's "day" (docs/simulator.md).
-DAY_S = {"week_business": 86400, "week_compressed": 3600}
 #: The morning ramp, as fractions of the day: from 05:00 to 11:00.
 RAMP = (5 / 24, 11 / 24)
 POLICIES = (
@@ -52,13 +50,12 @@ PLOTS = {
 def _policy(
     name: str, trace: trace_mod.Trace, svc: model.ServiceModel, routing: model.Routing
 ) -> Policy:
-    day = DAY_S.get(trace.name, 86400)
     if name in POLICIES and name.startswith("servectl"):
         cpu = suite.CPU_TARGET if name.startswith("servectl-cpu70") else None
         cfg = suite.autoscaling_config(svc, cpu_target=cpu, routing=routing)
-        seasons = forecast.ForecastConfig(periods_s=(float(day), 7.0 * day))
-        told = None if name.endswith("no-forecast") else seasons
-        return registry.build("servectl", dataclasses.replace(cfg, forecast=told))
+        if name.endswith("no-forecast"):
+            cfg = dataclasses.replace(cfg, forecast=None)
+        return registry.build("servectl", suite.with_seasons(cfg, trace))
     if name == "hpa":
         return registry.build("hpa", suite.autoscaling_config(svc, latency=False))
     if name == "kpa":
@@ -135,7 +132,7 @@ def run_forecast_bench(
     runs: dict[tuple[str, str], results.SimResult] = {}
     total = len(trace_list) * len(policies)
     for trace in trace_list:
-        day = DAY_S.get(trace.name, 86400)
+        day = trace.day_s
         for name in policies:
             if progress is not None:
                 progress(trace.name, name, len(records) + 1, total)
@@ -200,14 +197,16 @@ def plot_ramp(
     path: str,
     slo_ms: float,
     policies: Sequence[str] = ("servectl-no-forecast", "servectl", "oracle"),
+    *,
+    day_s: int = 86400,
 ) -> str:
-    """Load, ready replicas and p99 per second around one day's morning ramp."""
+    """Load, ready replicas and p99 per second around one day's morning ramp (days of
+    ``day_s`` seconds: the trace's own)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    day_s = DAY_S.get(trace, 86400)
     lo = day * day_s + int((RAMP[0] - 1 / 24) * day_s)
     hi = day * day_s + int((RAMP[1] + 1 / 24) * day_s)
     fig, (load_ax, ready_ax, p99_ax) = plt.subplots(

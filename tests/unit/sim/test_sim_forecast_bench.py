@@ -14,7 +14,8 @@ def short_week() -> traces.Trace:
     """Two compressed days of week_compressed at a quarter of its rate (fast)."""
     full = next(t for t in traces.forecast_suite(0) if t.name == "week_compressed")
     two_days = traces.truncate(traces.scaled(full, 0.25), 2 * 3600)
-    return traces.Trace(name="week_compressed", rps=two_days.rps, description="")
+    assert (two_days.name, two_days.day_s) == ("week_compressed", 3600)  # both kept
+    return two_days
 
 
 def test_day_figures_split_the_run_by_day_and_count_the_morning_ramp() -> None:
@@ -53,7 +54,7 @@ def test_the_forecast_changes_nothing_on_day_one_and_pre_scales_on_day_two(
     header, rows = fb.table(records)
     assert len(rows[0]) == len(header) and rows[0][1] == "servectl"
     png = tmp_path / "ramp.png"
-    fb.plot_ramp(runs, "week_compressed", 1, str(png), 150.0)
+    fb.plot_ramp(runs, "week_compressed", 1, str(png), 150.0, day_s=3600)
     assert png.stat().st_size > 10_000
 
 
