@@ -126,8 +126,9 @@ def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
     return proposal
 
 
-def _record_peak(raw: object, now: float, rate: float | None) -> list[list[float]]:
-    """The highest request rate per PEAK_BUCKET_S over the last PEAK_WINDOW_S."""
+def _load_peaks(raw: object, now: float) -> list[list[float]]:
+    """The highest request rate per PEAK_BUCKET_S over the last PEAK_WINDOW_S, as kept
+    in the state (malformed or expired entries dropped)."""
     peaks: list[list[float]] = []
     if isinstance(raw, list):
         for item in raw:
@@ -137,13 +138,17 @@ def _record_peak(raw: object, now: float, rate: float | None) -> list[list[float
                 continue
             if now - t < PEAK_WINDOW_S and math.isfinite(v) and t <= now:
                 peaks.append([t, v])
-    if rate is not None and math.isfinite(rate) and rate >= 0:
-        bucket = math.floor(now / PEAK_BUCKET_S) * PEAK_BUCKET_S
-        if peaks and peaks[-1][0] == bucket:
-            peaks[-1] = [bucket, max(peaks[-1][1], rate)]
-        else:
-            peaks.append([bucket, rate])
     return peaks
+
+
+def _with_peak(peaks: list[list[float]], now: float, rate: float | None) -> list[list[float]]:
+    """``peaks`` with ``rate`` counted in the bucket of ``now`` (a new list)."""
+    if rate is None or not math.isfinite(rate) or rate < 0:
+        return list(peaks)
+    bucket = math.floor(now / PEAK_BUCKET_S) * PEAK_BUCKET_S
+    if peaks and peaks[-1][0] == bucket:
+        return [*peaks[:-1], [bucket, max(peaks[-1][1], rate)]]
+    return [*peaks, [bucket, rate]]
 
 
 def _held(panic_t: float, peaks: list[list[float]], now: float, lasts_s: float) -> bool:
@@ -567,7 +572,7 @@ class EnginePolicy:
         panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
         # A panic for a step the load then holds is no burst: only the others count.
         lasts_s = BURST_LASTS_COLD_STARTS * cfg.cold_start_s
-        seen = _record_peak(state.get("peaks"), now, None)
+        seen = _load_peaks(state.get("peaks"), now)
         burst_panics = [t for t in panics if not _held(t, seen, now, lasts_s)]
         regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
         surges = [float(t) for t in state.get("surges", []) if now - float(t) < BURST_MEMORY_S]
@@ -583,7 +588,7 @@ class EnginePolicy:
             elif base is not None and demand.rate <= REARM_FACTOR * float(base):
                 state.pop("surge_base")  # back down: the surge was a burst; re-armed
         state["surges"] = surges
-        peaks = _record_peak(state.get("peaks"), now, demand.rate)
+        peaks = _with_peak(seen, now, demand.rate)
         state["peaks"] = peaks
 
         proposals: dict[str, signals.Proposal] = {}

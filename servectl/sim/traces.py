@@ -10,6 +10,7 @@ shaped the way it is.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -542,20 +543,17 @@ def truncate(trace: Trace, seconds: int) -> Trace:
     """The first ``seconds`` of ``trace`` (all of it if shorter)."""
     if seconds < 1:
         raise TraceError(f"seconds must be >= 1, got {seconds}")
-    return Trace(
-        name=trace.name, rps=trace.rps[:seconds], description=trace.description, day_s=trace.day_s
-    )
+    return dataclasses.replace(trace, rps=trace.rps[:seconds])
 
 
 def scaled(trace: Trace, factor: float) -> Trace:
     """The same shape at ``factor`` x the rate."""
     if factor < 0 or not math.isfinite(factor):
         raise TraceError(f"factor must be finite and >= 0, got {factor}")
-    return Trace(
-        name=trace.name,
+    return dataclasses.replace(
+        trace,
         rps=trace.rps * factor,
         description=f"{trace.description} (x{factor:g})".strip(),
-        day_s=trace.day_s,
     )
 
 
@@ -662,28 +660,30 @@ def _from_timestamps(source: Path, reader: Any, name: str | None) -> Trace:
     )
 
 
+def _renamed(trace: Trace, name: str, description: str) -> Trace:
+    """A suite's copy of a generated trace, under the suite's name and words."""
+    return dataclasses.replace(trace, name=name, description=description)
+
+
 def standard_suite(seed: int = 0) -> list[Trace]:
     """Six one-hour traces, peaks ~300-1200 rps (see docs/simulator.md)."""
     hour = 3600
 
-    def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
-
     return [
-        named(
+        _renamed(
             steady(600, hour, noise=0.05, wander=0.1, wander_tau_s=600, seed=seed),
             "steady_noisy",
             "~600 rps, 10 % slow wander (tau 10 min) and 5 % per-second noise",
         ),
-        named(step(200, 800, 20 * 60, hour), "step", "200 -> 800 rps at 20 min"),
-        named(
+        _renamed(step(200, 800, 20 * 60, hour), "step", "200 -> 800 rps at 20 min"),
+        _renamed(
             spike(300, 1200, 30 * 60, 120, hour),
             "spike",
             "300 rps; 1200 rps (x4) for 2 min at 30 min",
         ),
-        named(ramp(100, 1000, hour), "ramp", "100 -> 1000 rps linearly over the hour"),
-        named(diurnal(150, 900, hour, hour), "diurnal", "one compressed day, 150 <-> 900 rps"),
-        named(
+        _renamed(ramp(100, 1000, hour), "ramp", "100 -> 1000 rps linearly over the hour"),
+        _renamed(diurnal(150, 900, hour, hour), "diurnal", "one compressed day, 150 <-> 900 rps"),
+        _renamed(
             bursty(400, hour, seed=seed),
             "bursty",
             "mean 400 rps: 240 base + ~60 Pareto(1.5) bursts an hour (20 s decay), "
@@ -701,11 +701,8 @@ def production_suite(seed: int = 0) -> list[Trace]:
     """
     hour = 3600
 
-    def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
-
     return [
-        named(
+        _renamed(
             flash_crowd(
                 300, 1100, at_s=15 * 60, rise_s=20, decay_s=8 * 60, duration_s=hour, seed=seed
             ),
@@ -713,18 +710,18 @@ def production_suite(seed: int = 0) -> list[Trace]:
             "300 rps; a flash crowd at 15 min reaches 1100 rps in 20 s, then decays "
             "(tau 8 min); 5 % noise",
         ),
-        named(
+        _renamed(
             heavy_tailed(400, hour, seed=seed),
             "heavy_tailed",
             "mean ~400 rps: 200 base + ~20 bursts an hour, Pareto(1.3) heights, lognormal "
             "lengths (median 40 s, some minutes long), capped at 1200 rps",
         ),
-        named(
+        _renamed(
             slow_ramp(150, 900, duration_s=hour, hold_s=10 * 60, seed=seed),
             "slow_ramp",
             "150 -> 900 rps along an S-curve over 50 min, then held; 5 % wander and noise",
         ),
-        named(
+        _renamed(
             diurnal_weekly(120, 900, days=1, day_s=hour, seed=seed),
             "business_day",
             "one weekday compressed into the hour, 120 <-> ~900 rps: night, a steep morning "
@@ -741,17 +738,14 @@ def forecast_suite(seed: int = 0) -> list[Trace]:
     holds a weekend and the Monday after.
     """
 
-    def named(trace: Trace, name: str, description: str) -> Trace:
-        return Trace(name=name, rps=trace.rps, description=description, day_s=trace.day_s)
-
     return [
-        named(
+        _renamed(
             diurnal_weekly(120, 900, days=4, day_s=86400, start_weekday=0, seed=seed),
             "week_business",
             "Monday-Thursday in real time, 120 <-> ~900 rps business days, 3 % day-to-day "
             "jitter, 5 % wander and noise",
         ),
-        named(
+        _renamed(
             diurnal_weekly(120, 900, days=9, day_s=3600, start_weekday=3, seed=seed),
             "week_compressed",
             "nine days of one hour each from a Thursday (weekend at x0.6), 120 <-> ~900 rps",
