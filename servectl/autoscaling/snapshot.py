@@ -189,6 +189,21 @@ def to_dict(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+def signals_doc(signals: Signals) -> dict[str, Any]:
+    """The signals as users read them (camelCase keys, latency per percentile key, no
+    infinity): ``servectl explain``, ``top`` and ``metrics show`` all print this form."""
+    return {
+        "cpuUtilization": signals.cpu_utilization,
+        "cpuUsageCores": signals.cpu_usage_cores,
+        "gpuDutyCycle": signals.gpu_duty_cycle,
+        "rps": signals.rps,
+        "concurrency": signals.concurrency,
+        "latencyMs": dict(signals.latency_ms),
+        "errorRate": signals.error_rate,
+        "ageSeconds": signals.age_s if math.isfinite(signals.age_s) else None,
+    }
+
+
 def _show(value: Any) -> str:
     """A short rendering of a rejected value for an error message (never a deep repr)."""
     if value is None:

@@ -33,7 +33,7 @@ UP_TIMEOUT_S = 90.0
 
 
 def state_dir(value: Path | None) -> Path:
-    from servectl.backends.local.runtime import default_state_dir
+    from servectl.backends.local.paths import default_state_dir
 
     return (value or default_state_dir()).expanduser().resolve()
 

@@ -106,6 +106,7 @@ def show(
     Exit status: 0 when Prometheus answered every query, 1 when it did not (or when what
     answers at --prometheus is not Prometheus' API).
     """
+    from servectl.autoscaling.snapshot import signals_doc
     from servectl.metrics.assemble import Reason, condition
     from servectl.metrics.source import PrometheusSource
 
@@ -134,7 +135,7 @@ def show(
                     "namespace": k[0],
                     "service": k[1],
                     "revision": k[2],
-                    "signals": _signals_doc(snap.revisions[k].signals),
+                    "signals": signals_doc(snap.revisions[k].signals),
                     "pods": [p.name for p in snap.revisions[k].pods],
                     "gpuMemoryMiB": snap.revisions[k].gpu_memory_mib,
                     "ages": dict(snap.revisions[k].ages),
@@ -227,19 +228,6 @@ def _grouped(problems: Any) -> list[tuple[str, str, list[str]]]:
         text = p.message[len(prefix) :] if p.message.startswith(prefix) else p.message
         groups.setdefault((p.reason, text), []).append(p.signal)
     return [(reason, text, signals) for (reason, text), signals in groups.items()]
-
-
-def _signals_doc(s: Any) -> dict[str, Any]:
-    return {
-        "cpuUtilization": s.cpu_utilization,
-        "cpuUsageCores": s.cpu_usage_cores,
-        "gpuDutyCycle": s.gpu_duty_cycle,
-        "rps": s.rps,
-        "concurrency": s.concurrency,
-        "errorRate": s.error_rate,
-        "latencyMs": dict(s.latency_ms),
-        "ageSeconds": s.age_s,
-    }
 
 
 @metrics_app.command("queries")

@@ -599,7 +599,7 @@ def explain(
             client.get(namespace, name)
         except ClientError as exc:
             raise fail(str(exc)) from None
-        cycle = client.store.get_setting(f"cycle/{namespace}/{name}")
+        cycle = client.store.get_cycle(namespace, name)
     finally:
         client.close()
     if cycle is None:
@@ -1057,7 +1057,7 @@ def top(
     client = _client(state_dir(state))
     try:
         rows = [r for r in client.services(namespace) if name is None or r.name == name]
-        cycles = {r.name: client.store.get_setting(f"cycle/{r.namespace}/{r.name}") for r in rows}
+        cycles = {r.name: client.store.get_cycle(r.namespace, r.name) for r in rows}
     finally:
         client.close()
     records = []
@@ -1073,7 +1073,7 @@ def top(
                     "ready": rev["ready"],
                     "desired": rev["desired"],
                     "weight": rev["weight"],
-                    "cpuCores": s.get("cpuCores"),
+                    "cpuCores": s.get("cpuUsageCores"),
                     "cpuUtilization": s.get("cpuUtilization"),
                     "gpuDutyCycle": s.get("gpuDutyCycle"),
                     "rps": s.get("rps"),

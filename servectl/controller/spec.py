@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from servectl.api import models
+from servectl.api import models, names
 from servectl.autoscaling import cel_policy, config, engine, registry
 from servectl.autoscaling import policy as policy_mod
 
@@ -32,7 +32,7 @@ class ServiceSpec:
     mode: config.Mode = config.Mode.ACTIVE
 
     def revision_name(self, version: int) -> str:
-        return f"{self.name}-v{version}"
+        return names.revision_name(self.name, version)
 
     def surge_replicas(self, demand: int) -> int | None:
         """The surge budget in replicas (the tighter of its replicas and gpus bounds).

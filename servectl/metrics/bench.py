@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from servectl.api.names import revision_name
 from servectl.metrics import names
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusServer
@@ -59,7 +60,7 @@ class SyntheticCluster:
             for s in range(case.services):
                 svc = f"svc-{s:04d}"
                 for r in range(case.revisions):
-                    rev = f"{svc}-v{r + 1}"
+                    rev = revision_name(svc, r + 1)
                     for p in range(case.pods):
                         self._pod(case.namespace, svc, rev, f"{rev}-{p}")
         self.series = len(self._lines)

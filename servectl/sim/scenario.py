@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from servectl.api import names
 from servectl.rollout.machine import Op
 from servectl.sim import model, traces
 
@@ -60,4 +61,4 @@ class RolloutScenario:
     routing: model.Routing = model.Routing.ROUND_ROBIN  # within a revision
 
     def revision_name(self, version: int) -> str:
-        return f"{self.service_name}-v{version}"
+        return names.revision_name(self.service_name, version)

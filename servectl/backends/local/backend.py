@@ -25,9 +25,8 @@ tests drive without processes.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +34,9 @@ from servectl.api import models
 from servectl.api.models import ModelServiceStatus, RolloutPhase
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
+from servectl.backends.local.record import RevisionRecord, ServiceRecord
 from servectl.backends.local.store import Store
+from servectl.backends.local.versions import ModelPathError, check_version, versions_on_disk
 from servectl.controller import state as state_codec
 from servectl.controller.backend import Event, EventReason
 from servectl.controller.decide import Command
@@ -48,118 +49,11 @@ from servectl.rollout.machine import Op
 
 #: Phases a replica can be in before it serves (the loop counts them as starting).
 _NOT_YET = (sup.Phase.STARTING, sup.Phase.NOT_READY, sup.Phase.BACKOFF)
-_VERSION_DIR = re.compile(r"^[0-9]+$")
 CPU_SETTLE_S = 8.0
 """A replica's CPU counts as load once it has served this long: before, the rate window
 (5 s, one scrape a second) still holds the CPU it burnt loading TensorFlow and the model
 (Kubernetes' HPA has --horizontal-pod-autoscaler-cpu-initialization-period for this)."""
 _TERMINAL = frozenset({RolloutPhase.COMPLETED, RolloutPhase.ABORTED})
-
-
-# ------------------------------------------------------------------------ the record
-
-
-@dataclass(frozen=True)
-class RevisionRecord:
-    """One revision as last applied: its version, replica count and weight."""
-
-    version: int
-    replicas: int
-    weight: int
-
-
-@dataclass(frozen=True)
-class ServiceRecord:
-    """What the runtime keeps per service in the store (``runtime`` table), besides the
-    spec, status and loop state: its front ports, revisions as applied, the header
-    route, replicas draining (pod -> when the drain began, wall clock), and the next
-    replica ordinal (pod names are ``<revision>-<ordinal>``, never reused)."""
-
-    rest_port: int
-    grpc_port: int
-    revisions: Mapping[str, RevisionRecord] = field(default_factory=dict)
-    header: str | None = None
-    draining: Mapping[str, float] = field(default_factory=dict)
-    next_ordinal: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "restPort": self.rest_port,
-            "grpcPort": self.grpc_port,
-            "revisions": {
-                name: {"version": r.version, "replicas": r.replicas, "weight": r.weight}
-                for name, r in sorted(self.revisions.items())
-            },
-            "header": self.header,
-            "draining": dict(sorted(self.draining.items())),
-            "nextOrdinal": self.next_ordinal,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ServiceRecord:
-        return cls(
-            rest_port=int(data["restPort"]),
-            grpc_port=int(data["grpcPort"]),
-            revisions={
-                str(name): RevisionRecord(
-                    version=int(r["version"]), replicas=int(r["replicas"]), weight=int(r["weight"])
-                )
-                for name, r in dict(data.get("revisions", {})).items()
-            },
-            header=data.get("header"),
-            draining={str(k): float(v) for k, v in dict(data.get("draining", {})).items()},
-            next_ordinal=int(data.get("nextOrdinal", 0)),
-        )
-
-
-# ------------------------------------------------------------------------ model versions
-
-
-class ModelPathError(ValueError):
-    """A model path or version that cannot be served; the message names the field."""
-
-
-def versions_on_disk(base_path: Path) -> list[int]:
-    """The numbered version directories under ``base_path`` that hold a SavedModel."""
-    try:
-        entries = list(base_path.iterdir())
-    except FileNotFoundError:
-        raise ModelPathError(
-            f"spec.model.basePath: {base_path} does not exist; export a SavedModel there "
-            "(<basePath>/<version>/saved_model.pb), e.g. `servectl model export-demo DIR`"
-        ) from None
-    except NotADirectoryError:
-        raise ModelPathError(
-            f"spec.model.basePath: {base_path} is a file; give the directory that holds the "
-            "numbered version directories"
-        ) from None
-    except OSError as exc:
-        raise ModelPathError(f"spec.model.basePath: cannot read {base_path}: {exc}") from None
-    return sorted(
-        int(e.name)
-        for e in entries
-        if _VERSION_DIR.match(e.name) and (e / "saved_model.pb").is_file()
-    )
-
-
-def check_version(base_path: Path, version: int | None, *, field: str = "spec.model") -> int:
-    """The version to serve (the latest when None); raises :class:`ModelPathError` naming
-    ``field`` when it is not on disk."""
-    versions = versions_on_disk(base_path)
-    if not versions:
-        raise ModelPathError(
-            f"{field}.basePath: no version under {base_path}: TF Serving needs numbered "
-            f"directories with a SavedModel in each ({base_path}/1/saved_model.pb)"
-        )
-    if version is None:
-        return versions[-1]
-    if version not in versions:
-        have = ", ".join(str(v) for v in versions)
-        raise ModelPathError(
-            f"{field}.version: version {version} is not under {base_path} (it has {have}); "
-            f"export it to {base_path}/{version}/ or pick one of those"
-        )
-    return version
 
 
 # ------------------------------------------------------------------------ pure decisions

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from servectl.api import models
-from servectl.backends.local.backend import ModelPathError, ServiceRecord, check_version
-from servectl.backends.local.runtime import Paths
+from servectl.backends.local.paths import Paths
+from servectl.backends.local.record import ServiceRecord
 from servectl.backends.local.store import Service, Store, StoredEvent
+from servectl.backends.local.versions import ModelPathError, check_version
 from servectl.controller import state as state_codec
 from servectl.controller.decide import LoopState
 from servectl.controller.spec import PolicySpecError, policy_for

@@ -167,7 +167,7 @@ class Recorder:
         now = time.time()
         phase, offered = self.phase()
         status = client.status("default", SERVICE) or {}
-        cycle = client.store.get_setting(f"cycle/default/{SERVICE}") or {}
+        cycle = client.store.get_cycle("default", SERVICE) or {}
         signals = cycle.get("service", {})
         self.samples.append(
             Sample(
@@ -527,13 +527,13 @@ class Demo:
         desired = sum(int(r.get("desiredReplicas", 0)) for r in revisions)
         ready = sum(int(r.get("readyReplicas", 0)) for r in revisions)
         assert self.client is not None
-        cycle = self.client.store.get_setting(f"cycle/default/{SERVICE}") or {}
+        cycle = self.client.store.get_cycle("default", SERVICE) or {}
         p99 = (cycle.get("service", {}).get("latencyMs") or {}).get("p99")
         return desired >= 2 and ready == desired and p99 is not None and p99 < slo_ms
 
     def _steady_at_base(self) -> bool:
         assert self.client is not None
-        cycle = self.client.store.get_setting(f"cycle/default/{SERVICE}") or {}
+        cycle = self.client.store.get_cycle("default", SERVICE) or {}
         rps = cycle.get("service", {}).get("rps")
         return (
             self._total_desired() == 1

@@ -45,6 +45,7 @@ from servectl.api import models
 from servectl.api.models import ConditionStatus
 from servectl.autoscaling import config
 from servectl.autoscaling import policy as policy_mod
+from servectl.autoscaling.snapshot import signals_doc
 from servectl.backends.local import cgroups
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
@@ -59,6 +60,7 @@ from servectl.backends.local.backend import (
     drained,
     match_of,
 )
+from servectl.backends.local.paths import Paths
 from servectl.backends.local.router_config import RuntimeState
 from servectl.backends.local.store import Store
 from servectl.controller import reconcile
@@ -82,12 +84,6 @@ LOCAL_METRICS = MetricsConfig(rateWindow="5s", timeoutSeconds=2.0, staleAfterSec
 JOB_SERVING = "servectl-tf-serving"
 JOB_EXPORTER = "servectl-exporter"
 JOB_HAPROXY = "servectl-haproxy"
-
-
-def default_state_dir() -> Path:
-    """``$SERVECTL_STATE_DIR``, else ``~/.servectl``."""
-    env = os.environ.get("SERVECTL_STATE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".servectl"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -119,43 +115,6 @@ def allocate_front_ports(
             return rest, grpc
         rest += 2
     raise OSError("no free pair of ports for the service's front end")
-
-
-@dataclass(frozen=True)
-class Paths:
-    root: Path
-
-    @property
-    def store(self) -> Path:
-        return self.root / "state.db"
-
-    @property
-    def replicas(self) -> Path:
-        return self.root / "replicas"
-
-    @property
-    def haproxy(self) -> Path:
-        return self.root / "haproxy"
-
-    @property
-    def prometheus(self) -> Path:
-        return self.root / "prometheus"
-
-    @property
-    def pid(self) -> Path:
-        return self.root / "controller.pid"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "controller.log"
-
-    @property
-    def registry(self) -> Path:
-        return self.root / "replicas.json"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
 
 
 @dataclass
@@ -422,9 +381,7 @@ class Runtime:
             wall_clock=self.clock,
         )
         cycle = reconcile.reconcile_once(backend, decider, now)
-        self.store.put_setting(
-            f"cycle/{service.metadata.namespace}/{service.metadata.name}", cycle_record(cycle)
-        )
+        self.store.put_cycle(service.metadata.namespace, service.metadata.name, cycle_record(cycle))
         for error in backend.errors:
             log.warning("%s/%s: %s", service.metadata.namespace, service.metadata.name, error)
         return backend.record
@@ -601,19 +558,7 @@ class Runtime:
 
 
 def _signals(snapshot: Any) -> dict[str, Any]:
-    if snapshot is None:
-        return {}
-    sig = snapshot.signals
-    return {
-        "cpuUtilization": sig.cpu_utilization,
-        "cpuCores": sig.cpu_usage_cores,
-        "gpuDutyCycle": sig.gpu_duty_cycle,
-        "rps": sig.rps,
-        "concurrency": sig.concurrency,
-        "latencyMs": dict(sig.latency_ms),
-        "errorRate": sig.error_rate,
-        "ageSeconds": sig.age_s if sig.age_s != float("inf") else None,
-    }
+    return {} if snapshot is None else signals_doc(snapshot.signals)
 
 
 def cycle_record(cycle: reconcile.Cycle) -> dict[str, Any]:

@@ -427,6 +427,21 @@ class Store:
         rows = self._read("SELECT value FROM settings WHERE key = ?", (key,))
         return json.loads(rows[0][0]) if rows else None
 
+    # ---- the last cycle ---------------------------------------------------------------
+
+    @staticmethod
+    def _cycle_key(namespace: str, name: str) -> str:
+        return f"cycle/{namespace}/{name}"
+
+    def put_cycle(self, namespace: str, name: str, cycle: Mapping[str, Any]) -> None:
+        """The service's last cycle as JSON (what ``servectl explain`` and ``top`` show):
+        kept as a setting, so a new cycle replaces the old one with no schema change."""
+        self.put_setting(self._cycle_key(namespace, name), dict(cycle))
+
+    def get_cycle(self, namespace: str, name: str) -> dict[str, Any] | None:
+        value = self.get_setting(self._cycle_key(namespace, name))
+        return dict(value) if isinstance(value, Mapping) else None
+
     # ---- events -------------------------------------------------------------------------
 
     def append_events(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from servectl.api import models
+from servectl.api import models, names
 from servectl.autoscaling import hpa
 from servectl.backends.sim.peers.common import (
     ABORT_SCALE_DOWN_DELAY_S,
@@ -114,7 +114,7 @@ class ArgoStyle(Peer):
         self._outcome = models.RolloutPhase.IDLE  # the phase once no rollout runs: Idle, Completed
 
     def revision_name(self, version: int) -> str:
-        return f"{self.service}-v{version}"
+        return names.revision_name(self.service, version)
 
     # ------------------------------------------------------------------ one tick
 

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from servectl.api import models
+from servectl.api import models, names
 from servectl.autoscaling import hpa
 from servectl.autoscaling.snapshot import Snapshot
 from servectl.backends.sim.peers.common import (
@@ -284,10 +284,10 @@ class FlaggerStyle(Peer):
         return ()
 
     def canary_name(self, version: int) -> str:
-        return f"{self.service}-v{version}"
+        return names.revision_name(self.service, version)
 
     def primary_name(self, version: int) -> str:
-        return f"{self.service}-v{version}{self.primary_suffix}"
+        return names.revision_name(self.service, version) + self.primary_suffix
 
     # ------------------------------------------------------------------ one tick
 
