@@ -46,22 +46,19 @@ import numpy as np
 import numpy.typing as npt
 
 from servectl.autoscaling import snapshot
-from servectl.planning.types import Counters, Observed, ObservedRevision, Plan, RevisionPlan
+from servectl.planning.types import Observed, ObservedRevision, Plan, RevisionPlan
 from servectl.sim import model, results
 from servectl.sim import pipeline as pipeline_mod
+from servectl.sim import revision as revision_mod
 from servectl.sim import scenario as scenario_mod
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
-ID_STRIDE = 1_000_000
-"""Revision ``i``'s replica ids are ``i * ID_STRIDE + n``: unique across revisions."""
 IDLE = "Idle"
 FINAL_PHASES = frozenset({"Completed", "Aborted"})
 """Phases that end a rollout window (so does ``Idle`` once the rollout has left it)."""
 
-_ERROR_STREAM = 7  # RequestStream uses 0-3
 _EPS = 1e-9
 _EMPTY = np.empty(0)
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
@@ -175,191 +172,23 @@ class RolloutSimResult:
         }
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
-class _Ledger:
-    """Counts booked into the second in which they become observable (one row a second,
-    ``width`` columns); bookings at or after the end of the trace are never observed."""
-
-    def __init__(self, seconds: int, width: int) -> None:
-        self.width = width
-        self.values: IntArray = np.zeros((seconds, width), dtype=np.int64)
-
-    def book(self, t: int, seconds: IntArray, column: IntArray | None = None) -> None:
-        """Add one at each (absolute second >= t, column)."""
-        if seconds.size == 0:
-            return
-        inside = seconds < self.values.shape[0]
-        if not inside.all():
-            seconds = seconds[inside]
-            column = None if column is None else column[inside]
-            if seconds.size == 0:
-                return
-        offsets = seconds - t
-        span = int(offsets.max()) + 1
-        flat = offsets * self.width if column is None else offsets * self.width + column
-        self.values[t : t + span] += np.bincount(flat, minlength=span * self.width).reshape(
-            span, self.width
-        )
-
-    def take_back(self, seconds: IntArray, column: IntArray | None = None) -> None:
-        """Remove one at each (absolute second, column) booked earlier (rare: kills)."""
-        inside = seconds < self.values.shape[0]
-        seconds = seconds[inside]
-        columns = np.zeros_like(seconds) if column is None else column[inside]
-        np.subtract.at(self.values, (seconds, columns), 1)
-
-
-class _ErrorDraws:
-    """One uniform draw per request for the error decision, from the seed alone (stream
-    ``(seed, 7, block)``, in the RequestStream's request order), so a request is an error
-    or not whatever the controller did."""
-
-    def __init__(self, counts: IntArray, seed: int) -> None:
-        self._counts = counts
-        self._seed = seed
-        self._block = -1
-        self._draws: FloatArray = _EMPTY
-        self._starts: IntArray = np.zeros(1, dtype=np.int64)
-
-    def second(self, t: int) -> FloatArray:
-        size = model.RequestStream.BLOCK_S
-        block = t // size
-        if block != self._block:
-            counts = self._counts[block * size : (block + 1) * size]
-            rng = np.random.default_rng([self._seed, _ERROR_STREAM, block])
-            self._draws = rng.random(int(counts.sum()))
-            self._starts = np.concatenate(([0], np.cumsum(counts)))
-            self._block = block
-        i = t - block * size
-        return self._draws[int(self._starts[i]) : int(self._starts[i + 1])]
-
-
-@dataclass(eq=False)
-class _Part:
-    """The requests one revision served in one second, kept while any may still be in a
-    replica (a kill can still cut them). ``ids`` are fleet-local replica ids."""
-
-    revision: int
-    ids: IntArray
-    done: FloatArray  # absolute completion time (-inf once cut)
-    latency: FloatArray  # server-side latency, s (inf once cut)
-    met: BoolArray
-    failed: BoolArray
-    error_second: IntArray  # when its error is observed (-1: none)
-
-
-@dataclass(eq=False)
-class _Second:
-    t: int
-    parts: list[_Part]
-    lost: int  # requests of this second lost at the router
-    last_done: float
-
-
 _nearest_rank = results.nearest_rank
 
 
-class _Revision:
-    """A revision's fleet, counters, pipeline and timelines."""
-
-    def __init__(
-        self,
-        index: int,
-        name: str,
-        revision: scenario_mod.RevisionModel,
-        base: model.ServiceModel,
-        duration: int,
-        config: pipeline_mod.PipelineConfig,
-        routing: model.Routing = model.Routing.ROUND_ROBIN,
-    ) -> None:
-        self.index = index
-        self.name = name
-        self.version = revision.version
-        self.service = revision.service
-        self.error_rate = revision.error_rate
-        self.scale = revision.service.service_time_ms / base.service_time_ms
-        self.offset = index * ID_STRIDE
-        self.fleet = model.Fleet(revision.service, routing)
-        self.pipeline = pipeline_mod.MetricsPipeline(
-            config, cpu_request_cores=revision.service.cpu_request_cores
-        )
-        self.desired = 0
-        self.weight = 0
-        self.kill_at: dict[int, float] = {}  # draining replica id -> kill time
-        self.histogram = _Ledger(duration, model.LATENCY_BUCKET_COUNT)  # by completion
-        self.error_rows = _Ledger(duration, 1)  # by the second the error is seen
-        self.seen_requests = 0
-        self.seen_errors = 0
-        self.seen_buckets: IntArray = np.zeros(model.LATENCY_BUCKET_COUNT, dtype=np.int64)
-        self.last_scrape: pipeline_mod.Scrape | None = None
-        self.errors_total = 0
-        self.weight_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.desired_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.ready_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.replicas_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.routed_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.lost_unready_tl: IntArray = np.zeros(duration, dtype=np.int64)
-        self.lost_cut_tl: IntArray = np.zeros(duration, dtype=np.int64)
-
-    def scale_to(self, now: float, replicas: int, grace_s: float) -> None:
-        fleet = self.fleet
-        if fleet.active_count != replicas:
-            fleet.scale_to(now, replicas)
-            for replica in fleet.ids[fleet.draining].tolist():
-                self.kill_at.setdefault(replica, now + grace_s)
-        self.desired = replicas
-
-    def pods(self) -> model.PodView:
-        view = self.fleet.pods()
-        return model.PodView(
-            ids=view.ids + self.offset, start_times=view.start_times, ready=view.ready
-        )
-
-    def scrape(self, now: float) -> pipeline_mod.Scrape:
-        fleet = self.fleet
-        sample = pipeline_mod.Scrape(
-            time=now,
-            requests=float(self.seen_requests),
-            errors=float(self.seen_errors),
-            cpu_seconds=fleet.cpu_seconds_total,
-            inflight_seconds=fleet.inflight_seconds_total,
-            latency_buckets=self.seen_buckets.copy(),
-            replica_ids=fleet.ids + self.offset,
-            replica_cpu_seconds=fleet.cpu_total.copy(),
-            replica_inflight_seconds=fleet.inflight_total.copy(),
-        )
-        self.pipeline.ingest(sample)
-        self.last_scrape = sample
-        return sample
-
-    def counters(self) -> Counters | None:
-        sample = self.last_scrape
-        if sample is None:
-            return None
-        return Counters(
-            time=sample.time,
-            requests=sample.requests,
-            errors=sample.errors,
-            cpu_seconds=sample.cpu_seconds,
-            latency_buckets=tuple(sample.latency_buckets.astype(np.float64).tolist()),
-        )
-
-    def timeline(self) -> RevisionTimeline:
-        return RevisionTimeline(
-            name=self.name,
-            version=self.version,
-            weight=self.weight_tl,
-            desired=self.desired_tl,
-            ready=self.ready_tl,
-            replicas=self.replicas_tl,
-            routed=self.routed_tl,
-            lost_unready=self.lost_unready_tl,
-            lost_cut=self.lost_cut_tl,
-            errors=self.errors_total,
-            cpu_seconds=self.fleet.cpu_seconds_total,
-        )
+def _timeline(revision: revision_mod.Revision) -> RevisionTimeline:
+    return RevisionTimeline(
+        name=revision.name,
+        version=revision.version,
+        weight=revision.weight_tl,
+        desired=revision.desired_tl,
+        ready=revision.ready_tl,
+        replicas=revision.replicas_tl,
+        routed=revision.routed_tl,
+        lost_unready=revision.lost_unready_tl,
+        lost_cut=revision.lost_cut_tl,
+        errors=revision.errors_total,
+        cpu_seconds=revision.fleet.cpu_seconds_total,
+    )
 
 
 # ----------------------------------------------------------------------------- the run
@@ -413,18 +242,18 @@ class World:
         self.timeout_s = base.timeout_s
         self.stream = model.RequestStream(trace.rps, base, seed, with_routing=True)
         erring = any(r.error_rate > 0 for r in scenario.revisions.values())
-        self.error_draws = _ErrorDraws(self.stream.counts, seed) if erring else None
-        self.revisions: list[_Revision] = []
-        self.by_name: dict[str, _Revision] = {}
+        self.error_draws = revision_mod.ErrorDraws(self.stream.counts, seed) if erring else None
+        self.revisions: list[revision_mod.Revision] = []
+        self.by_name: dict[str, revision_mod.Revision] = {}
         self.service_pipeline = pipeline_mod.MetricsPipeline(
             config, cpu_request_cores=base.cpu_request_cores
         )
-        self.header: _Revision | None = None
+        self.header: revision_mod.Revision | None = None
         self.bounds_us = tuple(model.LATENCY_BUCKETS_US.tolist())
         self.route_index: IntArray = np.array([-1], dtype=np.int64)  # plan order, then -1
         self.route_cum: IntArray = np.empty(0, dtype=np.int64)
         self.no_route = 0  # requests with no revision to go to (a 503 at the router)
-        self.records: deque[_Second] = deque()
+        self.records: deque[revision_mod.Second] = deque()
         # totals and service timelines
         self.requests = self.met = self.failed = 0
         self.lost_unready = self.lost_cut = 0
@@ -454,11 +283,11 @@ class World:
 
     # -------------------------------------------------------------- revisions and plans
 
-    def _revision(self, version: int, name: str) -> _Revision:
+    def _revision(self, version: int, name: str) -> revision_mod.Revision:
         existing = self.by_name.get(name)
         if existing is not None:
             return existing
-        revision = _Revision(
+        revision = revision_mod.Revision(
             len(self.revisions),
             name,
             self.scenario.revisions[version],
@@ -471,7 +300,7 @@ class World:
         self.by_name[name] = revision
         return revision
 
-    def _set_routes(self, weighted: list[tuple[_Revision, int]]) -> None:
+    def _set_routes(self, weighted: list[tuple[revision_mod.Revision, int]]) -> None:
         self.route_index = np.array([r.index for r, _ in weighted] + [-1], dtype=np.int64)
         self.route_cum = np.cumsum(np.array([w for _, w in weighted], dtype=np.int64))
 
@@ -523,7 +352,7 @@ class World:
         """Validate ``plan`` and apply it at once (revisions not listed: 0 replicas, 0 %)."""
         self._validate(plan)
         grace = self.scenario.grace_s
-        listed: list[tuple[_Revision, RevisionPlan]] = [
+        listed: list[tuple[revision_mod.Revision, RevisionPlan]] = [
             (self._revision(rp.version, rp.name), rp) for rp in plan.revisions
         ]
         named = {r.name for r, _ in listed}
@@ -555,7 +384,7 @@ class World:
                 revision.fleet.kill(float(t), ids)
                 self._cut(revision, ids, t)
 
-    def _cut(self, revision: _Revision, ids: IntArray, now: int) -> None:
+    def _cut(self, revision: revision_mod.Revision, ids: IntArray, now: int) -> None:
         """Take back what was booked for the requests still in the killed replicas ``ids``.
 
         A request's latency, SLO verdict and observations (latency histogram at its
@@ -609,7 +438,7 @@ class World:
         if now < self.duration:
             revision.lost_cut_tl[now] += cut_total
 
-    def _p99(self, record: _Second) -> None:
+    def _p99(self, record: revision_mod.Second) -> None:
         values = [part.latency for part in record.parts]
         if record.lost:
             values.append(np.full(record.lost, math.inf))
@@ -729,7 +558,7 @@ class World:
         splits off the matched ones (``u`` as is otherwise). Within a revision the fleet's
         round robin picks the replica. A revision with no ready replica loses what it is
         sent at once (503). Errors: a request of a revision with ``error_rate`` e is an
-        error when its own draw (``_ErrorDraws``) is below e; it is served as usual, then
+        error when its own draw (``revision.ErrorDraws``) is below e; it is served as usual, then
         observed as an error in its completion second.
         """
         offsets, service_s, route_u = self.stream.second(t)
@@ -741,7 +570,7 @@ class World:
         no_route = int(routed[0])
         lost = no_route
         self.no_route += no_route
-        parts: list[_Part] = []
+        parts: list[revision_mod.Part] = []
         met_now = failed_now = served_now = 0
         cpu_now = latency_sum = 0.0
         bounds = model.LATENCY_BUCKETS_US
@@ -800,7 +629,7 @@ class World:
             met_now += int(np.count_nonzero(met))
             failed_now += int(np.count_nonzero(failed))
             parts.append(
-                _Part(
+                revision_mod.Part(
                     revision=revision.index,
                     ids=ids,
                     done=done,
@@ -819,7 +648,7 @@ class World:
         if served_now:
             self.mean_tl[t] = latency_sum / served_now * 1000.0
         if arriving:
-            record = _Second(
+            record = revision_mod.Second(
                 t=t,
                 parts=parts,
                 lost=lost,
@@ -879,7 +708,7 @@ class World:
             total_ready=self.total_ready,
             cpu_cores=self.cpu_tl,
             mean_ms=self.mean_tl,
-            revisions={r.name: r.timeline() for r in self.revisions},
+            revisions={r.name: _timeline(r) for r in self.revisions},
             phases=phases,
             plans=plans,
             starts=starts,
