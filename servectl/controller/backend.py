@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from servectl.api import models
-from servectl.autoscaling import config
-from servectl.controller.decide import Command, Outcome
+from servectl.controller.decide import AnalysisNeed, Command, Outcome
 from servectl.planning.types import Observed, Plan
 
 
@@ -40,6 +39,11 @@ class EventReason(enum.StrEnum):
     COMMAND_REFUSED = "CommandRefused"  # a user's rollout command could not be carried out
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # metrics went stale: holding (rule 8)
     METRICS_RESTORED = "MetricsRestored"
+    CREATED = "Created"  # a new service's first revision
+    # The driver's reports (also the reason of the Ready=False condition they set):
+    INVALID_SPEC = "InvalidSpec"  # servectl refuses the spec (the CRD schema let it through)
+    MODEL_NOT_FOUND = "ModelNotFound"  # no model version to start a new service with
+    RECONCILE_FAILED = "ReconcileFailed"  # the service's cycle failed; the others went on
 
 
 @dataclass(frozen=True)
@@ -89,13 +93,12 @@ class Decider(Protocol):
         """Seconds between cycles."""
         ...
 
-    @property
-    def mode(self) -> config.Mode:
-        """``recommend``: decide and record, never apply."""
-        ...
-
     def initial_state(self, observed: Observed) -> Any:
         """The state of a first cycle, from what runs now."""
+        ...
+
+    def analysis(self, state: Any) -> AnalysisNeed | None:
+        """What the next cycle's analysis needs measured (None: nothing beyond the signals)."""
         ...
 
     def decide(self, observed: Observed, commands: Sequence[Command], state: Any) -> Outcome: ...

@@ -17,15 +17,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from servectl.api import models
 from servectl.autoscaling import config, snapshot
 from servectl.autoscaling import policy as policy_mod
 from servectl.autoscaling.decision import Decision, Reason
-from servectl.controller.spec import ServiceSpec
+from servectl.controller.spec import ServiceSpec, analysis_checks
 from servectl.planning import planner
 from servectl.planning.types import Observed, Plan
 from servectl.rollout import machine
 
-__all__ = ["Command", "LoopState", "Outcome", "decide", "initial_state"]
+__all__ = [
+    "AnalysisNeed",
+    "Command",
+    "LoopState",
+    "Outcome",
+    "ServectlDecider",
+    "decide",
+    "initial_state",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,16 @@ class Command:
 
     op: machine.Op
     version: int | None = None  # for START
+
+
+@dataclass(frozen=True)
+class AnalysisNeed:
+    """The custom PromQL checks a decider's rollout analysis needs measured this tick, for
+    the canary ``revision`` and the ``stable`` one."""
+
+    revision: str
+    stable: str | None
+    checks: tuple[models.AnalysisCheck, ...]
 
 
 @dataclass(frozen=True)
@@ -68,6 +87,7 @@ class Outcome:
     names: Mapping[int, str] | None = None
     limits: planner.Limits | None = None
     planner_before: planner.PlannerState | None = None
+    applied: bool = True  # False in mode: recommend: the loop records the plan, never acts
 
 
 def initial_state(stable_version: int, policy: policy_mod.Policy, replicas: int) -> LoopState:
@@ -177,4 +197,53 @@ def decide(
         names=names,
         limits=limits,
         planner_before=state.planner,
+        applied=not recommend,
     )
+
+
+class ServectlDecider:
+    """servectl's decider: its autoscaling policy, the rollout machine and the planner
+    around :func:`decide` (a :class:`~servectl.controller.backend.Decider`)."""
+
+    def __init__(
+        self, spec: ServiceSpec, policy: policy_mod.Policy, *, name: str = "servectl"
+    ) -> None:
+        self.spec = spec
+        self.policy = policy
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def period_s(self) -> float:
+        return float(self.policy.period_s)
+
+    def initial_state(self, observed: Observed) -> LoopState:
+        """A first start: the revision with the most traffic is stable, at its size."""
+        if not observed.revisions:
+            raise ValueError(f"{self.spec.name}: no revision to start from")
+        stable = max(observed.revisions, key=lambda r: (r.weight, r.desired, r.version))
+        replicas = sum(r.desired for r in observed.revisions) or self.spec.min_replicas
+        return initial_state(stable.version, self.policy, replicas)
+
+    def analysis(self, state: Any) -> AnalysisNeed | None:
+        """The rollout's custom PromQL checks, for the canary and the stable revision, while
+        a canary runs (the built-in checks need only the tick's signals)."""
+        if not isinstance(state, LoopState) or state.rollout.canary is None:
+            return None
+        checks = tuple(c for c in analysis_checks(self.spec.rollout) if c.query is not None)
+        if not checks:
+            return None
+        stable = state.rollout.stable
+        return AnalysisNeed(
+            revision=self.spec.revision_name(state.rollout.canary),
+            stable=None if stable is None else self.spec.revision_name(stable),
+            checks=checks,
+        )
+
+    def decide(self, observed: Observed, commands: Sequence[Command], state: Any) -> Outcome:
+        if not isinstance(state, LoopState):
+            raise TypeError(f"servectl's loop needs a LoopState, got {type(state).__name__}")
+        return decide(observed, commands, state, policy=self.policy, spec=self.spec)

@@ -8,17 +8,12 @@ applied: not the autoscaler's count, not a weight, not a rollout step, whoever d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from servectl.api import models
-from servectl.autoscaling import config
-from servectl.autoscaling import policy as policy_mod
 from servectl.controller import status as status_mod
 from servectl.controller.backend import Backend, Decider, Event
-from servectl.controller.decide import Command, LoopState, Outcome, decide, initial_state
-from servectl.controller.spec import ServiceSpec
+from servectl.controller.decide import Command, Outcome
 from servectl.planning.types import Observed
 
 
@@ -35,42 +30,6 @@ class Cycle:
     events: tuple[Event, ...]
 
 
-class ServectlLoop:
-    """servectl's decider: its autoscaling policy, the rollout machine and the planner."""
-
-    def __init__(
-        self, spec: ServiceSpec, policy: policy_mod.Policy, *, name: str = "servectl"
-    ) -> None:
-        self.spec = spec
-        self.policy = policy
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def period_s(self) -> float:
-        return float(self.policy.period_s)
-
-    @property
-    def mode(self) -> config.Mode:
-        return self.spec.mode
-
-    def initial_state(self, observed: Observed) -> LoopState:
-        """A first start: the revision with the most traffic is stable, at its size."""
-        if not observed.revisions:
-            raise ValueError(f"{self.spec.name}: no revision to start from")
-        stable = max(observed.revisions, key=lambda r: (r.weight, r.desired, r.version))
-        replicas = sum(r.desired for r in observed.revisions) or self.spec.min_replicas
-        return initial_state(stable.version, self.policy, replicas)
-
-    def decide(self, observed: Observed, commands: Sequence[Command], state: Any) -> Outcome:
-        if not isinstance(state, LoopState):
-            raise TypeError(f"servectl's loop needs a LoopState, got {type(state).__name__}")
-        return decide(observed, commands, state, policy=self.policy, spec=self.spec)
-
-
 def reconcile_once(backend: Backend, decider: Decider, now: float) -> Cycle:
     """Observe, decide, act, record: one cycle at ``now``."""
     observed = backend.observe(now)
@@ -81,7 +40,7 @@ def reconcile_once(backend: Backend, decider: Decider, now: float) -> Cycle:
     if state is None:
         state = decider.initial_state(observed)
     outcome = decider.decide(observed, commands, state)
-    applied = decider.mode is not config.Mode.RECOMMEND
+    applied = outcome.applied
     if applied:
         backend.apply(outcome.plan, now)
     backend.save_state(outcome.state)

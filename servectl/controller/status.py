@@ -310,3 +310,26 @@ def events_for(
                 Event(now, EventType.NORMAL, EventReason.METRICS_RESTORED, "metrics are fresh")
             )
     return events
+
+
+def refused(
+    previous: models.ModelServiceStatus | None, reason: str, message: str, *, now: float
+) -> tuple[models.ModelServiceStatus, bool]:
+    """``previous`` with ``Ready=False`` for ``reason``: servectl cannot run the service as
+    it is (the driver's report of a refused spec, a missing model, a failed cycle). The
+    rest of the status is kept. Returns the status and whether the condition changed (an
+    event is due only then, not every tick the fault lasts)."""
+    message = message[:2000]
+    old = previous.condition(C.READY) if previous is not None else None
+    if old is not None and old.status is S.FALSE and old.reason == reason:
+        if old.message == message:
+            return previous or models.ModelServiceStatus(), False
+        since = old.last_transition_time
+    else:
+        since = timestamp(now)
+    ready = models.Condition(
+        type=C.READY, status=S.FALSE, reason=reason, message=message, last_transition_time=since
+    )
+    base = previous or models.ModelServiceStatus()
+    conditions = [ready, *(c for c in base.conditions if c.type is not C.READY)]
+    return base.model_copy(update={"conditions": conditions}), True

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servectl.api.models import Condition, ConditionStatus, ConditionType
+from servectl.api.models import AnalysisCheck, Condition, ConditionStatus, ConditionType
 from servectl.autoscaling.snapshot import (
     PodSample,
     Replicas,
@@ -173,6 +173,22 @@ class ServiceMetrics:
         )
 
 
+CustomValues = Mapping[str, tuple[float | None, float | None]]
+"""A rollout's custom analysis checks: metric -> (the canary's value, the stable's)."""
+
+
+@dataclass(frozen=True)
+class CustomRequest:
+    """A service in a rollout analysis whose custom PromQL checks the tick must measure,
+    for the canary ``revision`` and the ``stable`` one (what the decider asked for)."""
+
+    namespace: str
+    service: str
+    revision: str
+    stable: str | None
+    checks: tuple[AnalysisCheck, ...]
+
+
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """Everything one tick learned from Prometheus."""
@@ -183,9 +199,19 @@ class MetricsSnapshot:
     problems: tuple[Problem, ...] = ()
     queries: int = 0
     percentiles: tuple[float, ...] = ()
+    # The custom analysis checks' values per (namespace, service), and what went wrong
+    # measuring them (kept apart from ``problems``: a failing check makes the analysis
+    # Inconclusive, it does not make the service's signals missing).
+    custom: Mapping[tuple[str, str], CustomValues] = field(default_factory=dict)
+    custom_problems: tuple[Problem, ...] = ()
 
     def problem(self, signal: str) -> Problem | None:
         return next((p for p in self.problems if p.signal == signal), None)
+
+    def custom_for(
+        self, namespace: str, service: str
+    ) -> dict[str, tuple[float | None, float | None]]:
+        return dict(self.custom.get((namespace, service), {}))
 
     def revision(self, namespace: str, service: str, revision: str) -> RevisionMetrics:
         """The revision's metrics; every signal missing when Prometheus had none for it."""

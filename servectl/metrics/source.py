@@ -12,6 +12,7 @@ signal it hit, so the snapshot says what is missing and why, and the engine hold
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import time as _time
@@ -29,6 +30,7 @@ from servectl.api.models import AnalysisCheck
 from servectl.metrics import names
 from servectl.metrics.assemble import (
     CounterTracker,
+    CustomRequest,
     MetricsSnapshot,
     Problem,
     Reason,
@@ -147,6 +149,7 @@ class PrometheusSource:
         *,
         expected: Iterable[RevisionKey] = (),
         analysis_services: Iterable[str] | None = None,
+        custom: Iterable[CustomRequest] = (),
         diagnose: bool = True,
     ) -> MetricsSnapshot:
         """This tick's signals for every service and revision.
@@ -154,9 +157,11 @@ class PrometheusSource:
         ``expected``: revisions the caller runs (each appears, missing signals named, even
         when Prometheus has nothing on it). ``analysis_services``: services in a rollout
         analysis, whose per-pod cumulative counters are fetched for
-        :class:`~servectl.rollout.counters.Counters`. ``diagnose``: when a signal returns
-        no series at all, ask Prometheus which piece is absent (a few ``count()`` queries,
-        only on that failure) to name the cause.
+        :class:`~servectl.rollout.counters.Counters`. ``custom``: services whose rollout
+        analysis has custom PromQL checks, measured at the same instant
+        (:meth:`custom_checks`). ``diagnose``: when a signal returns no series at all, ask
+        Prometheus which piece is absent (a few ``count()`` queries, only on that failure)
+        to name the cause.
         """
         at = self._clock()
         queries = build_queries(self.config, analysis_services=analysis_services)
@@ -172,7 +177,20 @@ class PrometheusSource:
                     found = self._diagnose(signal, at)
                     if found is not None:
                         results[signal] = found
-        return assemble(
+        values: dict[tuple[str, str], dict[str, tuple[float | None, float | None]]] = {}
+        custom_problems: list[Problem] = []
+        for request in custom:
+            measured, problems = self.custom_checks(
+                request.checks,
+                namespace=request.namespace,
+                service=request.service,
+                revision=request.revision,
+                stable=request.stable,
+                at=at,
+            )
+            values[(request.namespace, request.service)] = measured
+            custom_problems += problems
+        snap = assemble(
             at,
             results,
             self.config,
@@ -180,6 +198,7 @@ class PrometheusSource:
             queries=self.queries_sent - before,
             expected=expected,
         )
+        return dataclasses.replace(snap, custom=values, custom_problems=tuple(custom_problems))
 
     # ------------------------------------------------------------------ analysis
 

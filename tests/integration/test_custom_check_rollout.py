@@ -20,9 +20,9 @@ import pytest
 from servectl.api import models
 from servectl.backends.sim.bench import FixedReplicas
 from servectl.controller.backend import Event
-from servectl.controller.decide import Command, LoopState
+from servectl.controller.decide import Command, LoopState, ServectlDecider
 from servectl.controller.observe import RevisionState, observe
-from servectl.controller.reconcile import ServectlLoop, reconcile_once
+from servectl.controller.reconcile import reconcile_once
 from servectl.controller.spec import ServiceSpec
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusServer
@@ -131,7 +131,7 @@ def test_a_custom_promql_check_aborts_a_failing_canary(
     prometheus.set_targets(scenario.targets())
     prometheus.wait_for_targets(len(scenario.targets()), timeout_s=30)
     backend = LiveBackend(PrometheusSource(prometheus.url, CONFIG))
-    decider = ServectlLoop(
+    decider = ServectlDecider(
         ServiceSpec(name="svc", rollout=SPEC, min_replicas=2, max_replicas=10),
         FixedReplicas(2, tick_s=1.0),  # the autoscaler is not under test here
     )

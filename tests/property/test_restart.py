@@ -19,10 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servectl.api import models
-from servectl.autoscaling import config, registry
+from servectl.autoscaling import registry
 from servectl.backends.sim.run import run_world
-from servectl.controller.decide import Command, LoopState, Outcome
-from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.decide import AnalysisNeed, Command, LoopState, Outcome, ServectlDecider
 from servectl.controller.spec import ServiceSpec
 from servectl.planning.types import Observed, Plan
 from servectl.rollout.machine import Op
@@ -70,8 +69,8 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 
-def make_loop(strategy: str) -> ServectlLoop:
-    return ServectlLoop(
+def make_loop(strategy: str) -> ServectlDecider:
+    return ServectlDecider(
         ServiceSpec(
             name="m",
             rollout=models.RolloutSpec.model_validate(SPECS[strategy]),
@@ -85,7 +84,7 @@ def make_loop(strategy: str) -> ServectlLoop:
 class Restarting:
     """servectl's loop, rebuilt from scratch at the ticks ``restart(now)`` says."""
 
-    def __init__(self, make: Callable[[], ServectlLoop], restart: Callable[[float], bool]):
+    def __init__(self, make: Callable[[], ServectlDecider], restart: Callable[[float], bool]):
         self._make = make
         self._restart = restart
         self.inner = make()
@@ -99,9 +98,8 @@ class Restarting:
     def period_s(self) -> float:
         return self.inner.period_s
 
-    @property
-    def mode(self) -> config.Mode:
-        return self.inner.mode
+    def analysis(self, state: Any) -> AnalysisNeed | None:
+        return self.inner.analysis(state)
 
     def initial_state(self, observed: Observed) -> LoopState:
         return self.inner.initial_state(observed)

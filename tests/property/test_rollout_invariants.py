@@ -61,7 +61,8 @@ from servectl.autoscaling import registry
 from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
 from servectl.backends.sim import run as sim_run
 from servectl.controller import decide as loop
-from servectl.controller.reconcile import Cycle, ServectlLoop
+from servectl.controller.decide import ServectlDecider
+from servectl.controller.reconcile import Cycle
 from servectl.controller.spec import ServiceSpec
 from servectl.planning import planner
 from servectl.planning.types import Observed, ObservedRevision, Plan
@@ -654,7 +655,7 @@ def cases(draw: st.DrawFn) -> Case:
 
 def simulate(case: Case, seed: int = 0) -> tuple[world.RolloutSimResult, list[Tick]]:
     scenario = case.scenario
-    decider = ServectlLoop(
+    decider = ServectlDecider(
         ServiceSpec(
             name=SERVICE,
             rollout=case.spec,

@@ -24,7 +24,7 @@ from servectl.autoscaling import registry
 from servectl.autoscaling.policy import Policy
 from servectl.backends.sim import run as sim_run
 from servectl.controller import decide as loop
-from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.decide import ServectlDecider
 from servectl.controller.spec import ServiceSpec
 from servectl.planning.types import Observed
 from servectl.rollout import machine
@@ -75,7 +75,7 @@ class TickRecord:
     errors: tuple[str, ...]
 
 
-class RecordingController(ServectlLoop):
+class RecordingController(ServectlDecider):
     """servectl's loop, keeping its loop state (and what it observed) after each cycle."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -41,7 +41,8 @@ from servectl.backends.local import supervisor as sup
 from servectl.backends.local.backend import LocalBackend, RevisionRecord, ServiceRecord, TickView
 from servectl.backends.local.router_config import Endpoint, RevisionRoute, ServiceRoute
 from servectl.backends.local.store import Store
-from servectl.controller.reconcile import ServectlLoop, reconcile_once
+from servectl.controller.decide import ServectlDecider
+from servectl.controller.reconcile import reconcile_once
 from servectl.controller.spec import policy_for, service_spec
 from servectl.metrics.assemble import MetricsSnapshot, RevisionMetrics
 from servectl.rollout.counters import Counters
@@ -161,8 +162,21 @@ class RecordingSupervisor:
     def __init__(self) -> None:
         self.started: list[sup.ReplicaSpec] = []
 
-    def start(self, spec: sup.ReplicaSpec) -> None:
+    def start(self, spec: sup.ReplicaSpec) -> sup.Replica:
         self.started.append(spec)
+        return sup.Replica(
+            spec=spec,
+            phase=sup.Phase.STARTING,
+            pid=None,
+            rest_port=None,
+            grpc_port=None,
+            restarts=0,
+            started_at=None,
+            ready_at=None,
+            message="",
+            last_error=None,
+            cgroup=None,
+        )
 
 
 class LocalSide:
@@ -176,7 +190,7 @@ class LocalSide:
             revisions={"svc-v1": RevisionRecord(version=1, replicas=2, weight=100)},
             next_ordinal=2,
         )
-        self.loop = ServectlLoop(service_spec(service(1)), policy_for(service(1), {}))
+        self.loop = ServectlDecider(service_spec(service(1)), policy_for(service(1), {}))
 
     def replicas(self) -> list[sup.Replica]:
         out = []
@@ -229,13 +243,10 @@ class LocalSide:
             store=self.store,
             service=service(version),
             record=self.record,
-            view=TickView(
-                replicas=replicas,
-                routes={(NS, NAME): self.route(replicas)},
-                metrics=self.world.metrics(now),
-            ),
+            view=TickView(replicas=replicas, routes={(NS, NAME): self.route(replicas)}),
             supervisor=supervisor,  # type: ignore[arg-type]
             wall_clock=lambda: now,
+            metrics=self.world.metrics(now),
         )
         cycle = reconcile_once(backend, self.loop, now)
         self.record = backend.record
@@ -253,7 +264,9 @@ class LocalSide:
             draining={},
             next_ordinal=self.record.next_ordinal,
         )
-        self.world.weights = {r: rec.weight for r, rec in self.record.revisions.items()}
+        # HAProxy takes the route apply made (weights and endpoints), as the runtime sends it.
+        assert backend.route is not None
+        self.world.weights = {r.name: r.weight for r in backend.route.revisions}
         for rev in list(self.world.versions):
             if rev not in self.record.revisions:
                 self.world.versions.pop(rev)
@@ -302,7 +315,7 @@ class KubeSide:
         self.api = MemoryApi()
         self.memory = Memory()
         self.status: dict[str, Any] = {}
-        self.loop = ServectlLoop(service_spec(service(1)), policy_for(service(1), {}))
+        self.loop = ServectlDecider(service_spec(service(1)), policy_for(service(1), {}))
         self.ms_doc = {
             "apiVersion": "servectl.io/v1alpha1",
             "kind": "ModelService",

@@ -16,7 +16,7 @@ from servectl.autoscaling import config, registry
 from servectl.backends.sim import rollout_bench
 from servectl.backends.sim.run import run_world
 from servectl.controller.backend import EventReason
-from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.decide import ServectlDecider
 from servectl.controller.spec import ServiceSpec
 from servectl.controller.status import ConditionReason
 from servectl.rollout.machine import Op
@@ -52,7 +52,7 @@ def test_recommend_mode_moves_nothing_and_records_why(policy: str) -> None:
         max_replicas=60,
         mode=config.Mode.RECOMMEND,
     )
-    driven = run_world(scenario, ServectlLoop(spec, POLICIES[policy]()), record_cycles=True)
+    driven = run_world(scenario, ServectlDecider(spec, POLICIES[policy]()), record_cycles=True)
     result = driven.result
 
     # Nothing moved: one revision, its size and weight as at t = 0, every second.

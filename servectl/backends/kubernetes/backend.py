@@ -1,14 +1,14 @@
-"""One ModelService in a cluster as a :class:`~servectl.controller.backend.Backend`.
+"""One ModelService in a cluster as a :class:`~servectl.controller.driver.FleetService`.
 
-The controller (:mod:`servectl.backends.kubernetes.controller`) builds one
-:class:`KubeBackend` per ModelService per cycle over its watch caches and one Prometheus
-snapshot, and runs ``reconcile_once`` on it:
+Each cycle the driver (:mod:`servectl.controller.driver`) has the cluster's fleet
+(:mod:`.fleet`) open one :class:`KubeBackend` per ModelService over the watch caches,
+hands it the cycle's one Prometheus snapshot, and runs ``reconcile_once`` on it:
 
 - **observe**: each revision's Deployment (the replicas last applied), its pods (ready:
   the readiness probe passes, which needs the version AVAILABLE; starting; terminating,
   which is draining: the ``preStop`` sleep holds them while the route forgets them), the
   weights the HTTPRoute applies now (or, with the ``service`` provider, the weight last
-  applied), and the metrics;
+  applied), the metrics and the custom analysis checks measured in that snapshot;
 - **commands**: the rollout command the CLI left in the ``servectl.io/rollout-command``
   annotation (carried out once: its id is remembered in the status), and a rollout to
   ``spec.model.version`` when the user changed it;
@@ -54,9 +54,7 @@ from servectl.controller import state as state_codec
 from servectl.controller.backend import Event
 from servectl.controller.decide import Command, LoopState
 from servectl.controller.observe import RevisionState, observe
-from servectl.controller.spec import analysis_checks
 from servectl.metrics.assemble import MetricsSnapshot
-from servectl.metrics.source import PrometheusSource
 from servectl.planning.types import Observed, Plan
 from servectl.rollout.machine import Op
 
@@ -134,11 +132,10 @@ class KubeBackend:
         caches: Caches,
         doc: Doc,
         service: models.ModelService,
-        metrics: MetricsSnapshot,
         memory: Memory,
         options: obj.Options,
         wall_clock: Callable[[], float],
-        source: PrometheusSource | None = None,
+        metrics: MetricsSnapshot | None = None,
         checkpoint_s: float = 60.0,
         cpu_settle_s: float = CPU_SETTLE_S,
     ) -> None:
@@ -152,7 +149,6 @@ class KubeBackend:
         self.memory = memory
         self.options = options
         self._wall = wall_clock
-        self.source = source
         self.checkpoint_s = checkpoint_s
         self.cpu_settle_s = cpu_settle_s
         self.applied = Applied()
@@ -237,28 +233,22 @@ class KubeBackend:
 
     # ------------------------------------------------------------------ Backend
 
+    def revisions(self) -> list[str]:
+        return sorted(self.deployments())
+
+    def first_version(self) -> int:
+        version = self.service.spec.model.version
+        if version is None:  # the fleet lists such a spec as refused; kept for safety
+            raise ValueError("spec.model.version: required on Kubernetes; set the version")
+        return version
+
+    def use_metrics(self, metrics: MetricsSnapshot) -> None:
+        self.metrics = metrics
+
     def observe(self, now: float) -> Observed:
         spec = self.service.spec
-        custom: dict[str, tuple[float | None, float | None]] = {}
-        state = self.load_state()
-        rollout = spec.rollout
-        if (
-            rollout is not None
-            and self.source is not None
-            and isinstance(state, LoopState)
-            and state.rollout.canary is not None
-        ):
-            checks = [c for c in analysis_checks(rollout) if c.query is not None]
-            if checks:
-                stable = state.rollout.stable
-                custom, _problems = self.source.custom_checks(
-                    checks,
-                    namespace=self.namespace,
-                    service=self.name,
-                    revision=f"{self.name}-v{state.rollout.canary}",
-                    stable=None if stable is None else f"{self.name}-v{stable}",
-                    at=self.metrics.time,
-                )
+        if self.metrics is None:
+            raise RuntimeError("observe before use_metrics: the driver gives the cycle's metrics")
         return observe(
             now,
             self.metrics,
@@ -268,7 +258,7 @@ class KubeBackend:
             min_replicas=spec.autoscaling.min_replicas,
             max_replicas=spec.autoscaling.max_replicas,
             header_revision=self.header_revision(),
-            custom=custom,
+            custom=self.metrics.custom_for(self.namespace, self.name),
         )
 
     def commands(self, now: float) -> list[Command]:
@@ -404,10 +394,11 @@ class KubeBackend:
         if target >= current:
             return
         cpu: dict[str, float] = {}
-        rev = self.metrics.revision(self.namespace, self.name, revision)
-        for pod in getattr(rev, "pods", ()) or ():
-            if pod.cpu_usage_cores is not None:
-                cpu[pod.name] = pod.cpu_usage_cores
+        metrics = self.metrics
+        samples = metrics.revision(self.namespace, self.name, revision).pods if metrics else ()
+        for sample in samples:
+            if sample.cpu_usage_cores is not None:
+                cpu[sample.name] = sample.cpu_usage_cores
         for pod in self._mine(self.caches.pods):
             meta = pod.get("metadata") or {}
             if (meta.get("labels") or {}).get(obj.LABEL_REVISION) != revision:

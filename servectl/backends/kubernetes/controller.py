@@ -6,11 +6,12 @@ One :class:`Controller` per process:
   (Deployments, Services, ConfigMaps, pods, routes, selected by servectl's
   ``managed-by`` label), cluster-wide or per watched namespace;
 - every ``period_s`` (and soon after a ModelService changes), when it holds the Lease
-  (:mod:`.leader`), one cycle: one Prometheus snapshot for every service (one query per
-  signal), then per ModelService: its finalizer, servectl's validation (a spec the CRD
-  schema let through but servectl refuses gets ``Ready=False`` with the reason, and
-  nothing is created), the first revision of a new service, and ``reconcile_once`` with
-  a :class:`~.backend.KubeBackend`. A service that fails is reported and the others go on;
+  (:mod:`.leader`), one tick of the driver (:mod:`servectl.controller.driver`) over the
+  cluster as a fleet (:mod:`.fleet`): one Prometheus snapshot for every service (one
+  query per signal), then per ModelService the first revision of a new service and
+  ``reconcile_once`` with a :class:`~.backend.KubeBackend`, services in parallel on a
+  thread pool. A spec servectl refuses, or a service that fails, gets ``Ready=False``
+  with the reason in its status, and the others go on;
 - a deleted ModelService (its finalizer) has its objects deleted, then the finalizer
   removed; owner references let the garbage collector catch anything left;
 - ``/healthz`` and ``/readyz`` on the probe port, and its own Prometheus metrics.
@@ -23,7 +24,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,10 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from servectl.api import models
-from servectl.autoscaling.config import Routing
 from servectl.backends.kubernetes import objects as obj
-from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory, parse, post_event
-from servectl.backends.kubernetes.cache import Informer, Key, key_of
+from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory
+from servectl.backends.kubernetes.cache import Informer, Key
+from servectl.backends.kubernetes.fleet import KubeFleet
 from servectl.backends.kubernetes.kube import (
     CONFIGMAPS,
     DEPLOYMENTS,
@@ -42,7 +42,6 @@ from servectl.backends.kubernetes.kube import (
     HTTPROUTES,
     MODELSERVICES,
     PODS,
-    SCALINGPOLICIES,
     SERVICES,
     Doc,
     Kube,
@@ -50,24 +49,13 @@ from servectl.backends.kubernetes.kube import (
 )
 from servectl.backends.kubernetes.leader import LeaderElector, LeaseConfig
 from servectl.controller import reconcile
-from servectl.controller.spec import PolicySpecError, policy_for, service_spec
-from servectl.metrics.assemble import ALL_SIGNALS, MetricsSnapshot, Problem, Reason
+from servectl.controller.driver import Driver
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.source import PrometheusSource
-from servectl.planning.types import Plan, PlanReason, RevisionPlan
 
 log = logging.getLogger("servectl.kubernetes")
 
 SELECTOR = f"{obj.MANAGED_BY}=servectl"
-
-
-def routing_for(traffic: str) -> Routing:
-    """How requests reach a revision's pods, as the engine sizes for it: Gateway API
-    implementations route least-request by default (Envoy Gateway's LeastRequest, Istio's
-    LEAST_REQUEST); a plain Service (kube-proxy) spreads connections evenly."""
-    if traffic == obj.TrafficProvider.GATEWAY:
-        return Routing.LEAST_REQUEST
-    return Routing.ROUND_ROBIN
 
 
 @dataclass(frozen=True)
@@ -95,12 +83,6 @@ class CycleReport:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class _Decider:
-    generation: int
-    loop: reconcile.ServectlLoop
-
-
 def identity() -> str:
     """The Lease holder's name: the pod's (downward API), else host and pid."""
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
@@ -125,8 +107,15 @@ class Controller:
             self.source = PrometheusSource(config.prometheus_url, config.metrics)
         scopes: tuple[str | None, ...] = config.namespaces or (None,)
         self.caches: dict[str | None, Caches] = {ns: self._caches(ns) for ns in scopes}
-        self.memory: dict[Key, Memory] = {}
-        self._deciders: dict[Key, _Decider] = {}
+        self.fleet = KubeFleet(
+            kube,
+            self.caches,
+            options=config.options,
+            source=self.source,
+            wall_clock=self.clock,
+            checkpoint_s=config.checkpoint_s,
+        )
+        self.driver = Driver(self.fleet)
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             lease = config.lease or LeaseConfig(
@@ -258,6 +247,11 @@ class Controller:
         if self._server is not None:
             self._server.shutdown()
 
+    @property
+    def memory(self) -> dict[Key, Memory]:
+        """What the controller keeps per service between cycles (see :class:`Memory`)."""
+        return self.fleet.memory
+
     def cycle(self) -> CycleReport:
         """One pass over every ModelService (the leader's)."""
         started = time.monotonic()
@@ -266,42 +260,33 @@ class Controller:
         writes_before = self.kube.writes()
         report = CycleReport(time=now)
         resync = now - self._last_resync >= self.config.resync_s
-        services = [
-            (caches, doc) for caches in self.caches.values() for doc in caches.modelservices.items()
-        ]
-        snapshot = self._snapshot(services)
-
-        def one(item: tuple[Caches, Doc]) -> tuple[Key, str] | None:
-            caches, doc = item
-            key = key_of(doc)
-            try:
-                self._reconcile(caches, doc, snapshot, now, resync)
-            except Exception as exc:  # one service's failure must not stop the others
-                log.error("%s/%s: %s\n%s", *key, exc, traceback.format_exc())
-                self.metrics.error("reconcile")
-                return key, f"{type(exc).__name__}: {exc}"
-            return None
-
+        self.fleet.resync = resync
         # Services are independent, and a cycle that writes waits on the API server: a
         # rollout started on 200 services at once is ~1,000 requests. Workers overlap the
         # waits (the decisions themselves still take turns under the GIL).
-        if self.config.workers > 1 and len(services) > 1:
+        mapper: Any = map
+        count = sum(len(c.modelservices.items()) for c in self.caches.values())
+        if self.config.workers > 1 and count > 1:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.workers, "reconcile")
-            failures = list(self._pool.map(one, services))
-        else:
-            failures = [one(item) for item in services]
-        for failure in failures:
-            if failure is not None:
-                report.errors["/".join(failure[0])] = failure[1]
-        live = {key_of(doc) for _c, doc in services}
-        for key in list(self.memory):
-            if key not in live:
-                self.memory.pop(key, None)
-                self._deciders.pop(key, None)
+            mapper = self._pool.map
+        result = self.driver.tick(now, mapper=mapper)
+        for key, error in {**self.fleet.lifecycle_errors, **result.errors}.items():
+            log.error("%s/%s: %s", *key, error)
+            self.metrics.error("reconcile")
+            report.errors["/".join(key)] = error
+        for key, backend in result.backends.items():
+            if not isinstance(backend, KubeBackend):
+                continue
+            for error in backend.applied.errors:
+                log.warning("%s/%s: %s", *key, error)
+                self.metrics.error("apply")
+            cycle = result.cycles.get(key)
+            if cycle is not None:
+                self.metrics.service(key, cycle, backend.service)
         if resync:
             self._last_resync = now
-        report.services = len(services)
+        report.services = result.services + len(self.fleet.lifecycle_errors)
         report.requests = self.kube.requests() - requests_before
         report.writes = self.kube.writes() - writes_before
         report.seconds = time.monotonic() - started
@@ -309,238 +294,6 @@ class Controller:
         self.last_cycle_mono = time.monotonic()
         self.metrics.cycle(report)
         return report
-
-    def _snapshot(self, services: list[tuple[Caches, Doc]]) -> MetricsSnapshot:
-        expected: list[tuple[str, str, str]] = []
-        rolling: list[str] = []
-        for caches, doc in services:
-            ns, name = key_of(doc)
-            revs = [
-                str(d["metadata"]["labels"][obj.LABEL_REVISION])
-                for d in caches.deployments.select(ns, {obj.LABEL_SERVICE: name})
-                if obj.LABEL_REVISION in (d["metadata"].get("labels") or {})
-            ]
-            expected += [(ns, name, rev) for rev in revs]
-            if len(revs) > 1:
-                rolling.append(name)
-        if self.source is None:
-            return MetricsSnapshot(
-                time=self.clock(),
-                revisions={},
-                latency_bounds_us=(),
-                problems=tuple(
-                    Problem(
-                        signal,
-                        Reason.UNREACHABLE,
-                        "no Prometheus configured: start the controller with --prometheus-url",
-                    )
-                    for signal in ALL_SIGNALS
-                ),
-            )
-        return self.source.snapshot(expected=expected, analysis_services=rolling)
-
-    # ------------------------------------------------------------------ one service
-
-    def _reconcile(
-        self, caches: Caches, doc: Doc, snapshot: MetricsSnapshot, now: float, resync: bool
-    ) -> None:
-        key = key_of(doc)
-        meta = doc.get("metadata") or {}
-        memory = self.memory.setdefault(key, Memory())
-        if meta.get("deletionTimestamp"):
-            self._finalize(caches, doc)
-            return
-        if obj.FINALIZER not in (meta.get("finalizers") or []):
-            self._add_finalizer(caches, doc)
-        try:
-            service = parse(doc)
-            decider = self._decider(key, service, int(meta.get("generation") or 0))
-            if service.spec.model.version is None:
-                raise ValueError(
-                    "spec.model.version: required on Kubernetes (the controller cannot list "
-                    "basePath); set the version to serve"
-                )
-            obj.model_source(service.spec.model.base_path)
-        except (ValueError, PolicySpecError) as exc:
-            self._invalid(caches, doc, str(exc))
-            return
-        backend = KubeBackend(
-            kube=self.kube,
-            caches=caches,
-            doc=doc,
-            service=service,
-            metrics=snapshot,
-            memory=memory,
-            options=self.config.options,
-            wall_clock=self.clock,
-            source=self.source,
-            checkpoint_s=self.config.checkpoint_s,
-        )
-        if resync:
-            for informer, _res in caches.owned():
-                for item in informer.select(key[0], {obj.LABEL_SERVICE: key[1]}):
-                    item.setdefault("metadata", {}).setdefault("annotations", {})
-                    item = {
-                        **item,
-                        "metadata": {
-                            **item["metadata"],
-                            "annotations": {
-                                **item["metadata"]["annotations"],
-                                obj.APPLIED: "resync",
-                            },
-                        },
-                    }
-                    informer.put(item)
-        if backend.load_state() is None and not backend.deployments():
-            version = service.spec.model.version
-            assert version is not None
-            first = service_spec(service).revision_name(version)
-            backend.apply(
-                Plan(
-                    revisions=(
-                        RevisionPlan(
-                            first,
-                            version,
-                            service.spec.autoscaling.min_replicas,
-                            100,
-                            str(PlanReason.STEADY),
-                            "first revision",
-                        ),
-                    )
-                ),
-                now,
-            )
-            backend.event(
-                "Normal",
-                "Created",
-                f"revision {first} at {service.spec.autoscaling.min_replicas} replicas",
-            )
-        cycle = reconcile.reconcile_once(backend, decider, now)
-        for error in backend.applied.errors:
-            log.warning("%s/%s: %s", *key, error)
-            self.metrics.error("apply")
-        self.metrics.service(key, cycle, service)
-
-    def _decider(
-        self, key: Key, service: models.ModelService, generation: int
-    ) -> reconcile.ServectlLoop:
-        cached = self._deciders.get(key)
-        if cached is not None and cached.generation == generation:
-            return cached.loop
-        library = self._policies(service.metadata.namespace)
-        routing = routing_for(self.config.options.traffic)
-        loop = reconcile.ServectlLoop(
-            service_spec(service), policy_for(service, library, routing=routing)
-        )
-        self._deciders[key] = _Decider(generation, loop)
-        return loop
-
-    def _policies(self, namespace: str) -> dict[str, models.ScalingPolicy]:
-        """ScalingPolicies of the namespace (read when a spec changes, not every cycle)."""
-        try:
-            listed = self.kube.list(SCALINGPOLICIES, namespace)
-        except KubeError as exc:
-            log.warning("scalingpolicies in %s: %s", namespace, exc)
-            return {}
-        out = {}
-        for item in listed["items"]:
-            meta = item.get("metadata") or {}
-            try:
-                out[str(meta.get("name"))] = models.ScalingPolicy.model_validate(
-                    {
-                        "apiVersion": item.get("apiVersion"),
-                        "kind": "ScalingPolicy",
-                        "metadata": {"name": meta.get("name"), "namespace": namespace},
-                        "spec": item.get("spec") or {},
-                    }
-                )
-            except ValueError as exc:
-                log.warning("scalingpolicy %s/%s: %s", namespace, meta.get("name"), exc)
-        return out
-
-    def _invalid(self, caches: Caches, doc: Doc, message: str) -> None:
-        """servectl refuses the spec: Ready=False with the reason; nothing is created."""
-        meta = doc["metadata"]
-        status = dict(doc.get("status") or {})
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
-        old = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        ready = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "InvalidSpec",
-            "message": message[:2000],
-            "lastTransitionTime": (
-                old.get("lastTransitionTime")
-                if old and old.get("status") == "False" and old.get("reason") == "InvalidSpec"
-                else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-            ),
-            "observedGeneration": int(meta.get("generation") or 0),
-        }
-        if old == ready:
-            return
-        status["conditions"] = [ready, *conditions]
-        status["observedGeneration"] = int(meta.get("generation") or 0)
-        try:
-            out = self.kube.apply(
-                {
-                    "apiVersion": MODELSERVICES.api_version,
-                    "kind": MODELSERVICES.kind,
-                    "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                    "status": status,
-                },
-                sub="status",
-            )
-            caches.modelservices.put(out)
-        except KubeError as exc:
-            log.warning("%s/%s: status: %s", meta["namespace"], meta["name"], exc)
-        try:
-            post_event(self.kube, doc, "Warning", "InvalidSpec", message, self.clock())
-        except KubeError as exc:
-            log.warning("%s/%s: event: %s", meta["namespace"], meta["name"], exc)
-
-    def _add_finalizer(self, caches: Caches, doc: Doc) -> None:
-        meta = doc["metadata"]
-        out = self.kube.apply(
-            {
-                "apiVersion": MODELSERVICES.api_version,
-                "kind": MODELSERVICES.kind,
-                "metadata": {
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "finalizers": [obj.FINALIZER],
-                },
-            },
-            manager="servectl-finalizer",
-        )
-        caches.modelservices.put(out)
-
-    def _finalize(self, caches: Caches, doc: Doc) -> None:
-        """Delete what the service owns; drop the finalizer once it is all gone."""
-        ns, name = key_of(doc)
-        remaining = 0
-        for informer, res in caches.owned():
-            for item in informer.select(ns, {obj.LABEL_SERVICE: name}):
-                remaining += 1
-                item_name = str(item["metadata"]["name"])
-                if not (item.get("metadata") or {}).get("deletionTimestamp"):
-                    self.kube.delete(res, ns, item_name)
-                informer.forget(ns, item_name)
-        if remaining:
-            return  # the next cycle checks again (the caches see the deletes)
-        if obj.FINALIZER in ((doc.get("metadata") or {}).get("finalizers") or []):
-            try:
-                self.kube.apply(
-                    {
-                        "apiVersion": MODELSERVICES.api_version,
-                        "kind": MODELSERVICES.kind,
-                        "metadata": {"name": name, "namespace": ns, "finalizers": []},
-                    },
-                    manager="servectl-finalizer",
-                )
-            except KubeError as exc:
-                if not exc.not_found:
-                    raise
-        self.memory.pop((ns, name), None)
 
     # ------------------------------------------------------------------ probes and metrics
 

@@ -1,21 +1,24 @@
-"""One ModelService on this machine as a :class:`~servectl.controller.backend.Backend`.
+"""One ModelService on this machine as a :class:`~servectl.controller.driver.FleetService`.
 
-The runtime (:mod:`servectl.backends.local.runtime`) builds one :class:`LocalBackend` per
-service per tick, hands it what the tick read once for every service (the supervisor's
-replicas, HAProxy's routes, one Prometheus snapshot), and runs ``reconcile_once`` on it:
+The runtime (:mod:`servectl.backends.local.runtime`) is the fleet: each tick the driver
+(:mod:`servectl.controller.driver`) opens one :class:`LocalBackend` per service over what
+the runtime read once for every service (the supervisor's replicas, HAProxy's routes),
+hands it the tick's one Prometheus snapshot, and runs ``reconcile_once`` on it:
 
 - **observe**: each revision the runtime keeps for the service (:class:`ServiceRecord`:
   the replicas and weights last applied), its replicas as the supervisor sees them
   (ready: the model version is AVAILABLE and HAProxy routes to it), the weights HAProxy
-  applies now, and the metrics;
+  applies now, the metrics and the custom analysis checks measured in that snapshot;
 - **commands**: the user's rollout commands from the store's queue (taken once);
-- **apply**: starts replicas a revision lacks and marks the ones it has too many of as
-  draining; the runtime then takes a draining replica out of HAProxy, waits for its
+- **apply**: starts replicas a revision lacks, marks the ones it has too many of as
+  draining, and makes the service's route (:attr:`LocalBackend.route`: the plan's weights
+  and header route over the replicas that serve). The runtime sends every service's
+  route to HAProxy once per tick, takes a draining replica out of HAProxy, waits for its
   in-flight requests (up to ``drainSeconds``) and only then stops it (SIGTERM, then
-  SIGKILL after the grace period). Weights and the header route are recorded here and
-  applied to HAProxy by the runtime once per tick for every service;
-- state, status and events go to the SQLite store, so a controller killed at any moment
-  starts again at the same step with the same weights.
+  SIGKILL after the grace period);
+- state, status and events go to the SQLite store (persistence only: nothing is rebuilt
+  from it within a tick), so a controller killed at any moment starts again at the same
+  step with the same weights.
 
 The pure part — which replicas to start and which to drain, the route HAProxy should run —
 is in functions (:func:`scale_revision`, :func:`desired_route`, :func:`drained`) that the
@@ -41,9 +44,8 @@ from servectl.controller import state as state_codec
 from servectl.controller.backend import Event, EventReason
 from servectl.controller.decide import Command
 from servectl.controller.observe import RevisionState, observe
-from servectl.controller.spec import analysis_checks, route_match
+from servectl.controller.spec import route_match
 from servectl.metrics.assemble import MetricsSnapshot
-from servectl.metrics.source import PrometheusSource
 from servectl.planning.types import Observed, Plan
 from servectl.rollout.machine import Op
 
@@ -174,22 +176,27 @@ class TickView:
 
     replicas: Sequence[sup.Replica]
     routes: Mapping[tuple[str, str], router_mod.ServiceRoute]
-    metrics: MetricsSnapshot
-    source: PrometheusSource | None = None
+
+
+PortAllocator = Callable[[], tuple[int, int]]
+"""A new service's (REST, gRPC) front ports, free and taken by no other service."""
 
 
 class LocalBackend:
-    """One ModelService in the local runtime, for one ``reconcile_once``."""
+    """One ModelService in the local runtime for one tick: a
+    :class:`~servectl.controller.driver.FleetService`."""
 
     def __init__(
         self,
         *,
         store: Store,
         service: models.ModelService,
-        record: ServiceRecord,
+        record: ServiceRecord | None,
         view: TickView,
         supervisor: sup.Supervisor,
         wall_clock: Callable[[], float],
+        allocate_ports: PortAllocator | None = None,
+        metrics: MetricsSnapshot | None = None,
     ) -> None:
         self.store = store
         self.service = service
@@ -198,8 +205,12 @@ class LocalBackend:
         self.record = record
         self.view = view
         self.supervisor = supervisor
+        self.metrics = metrics
         self._wall = wall_clock
+        self._allocate_ports = allocate_ports
         self._state_loaded: Any = None
+        self._started: list[sup.Replica] = []  # started this tick (not in the view yet)
+        self._route: router_mod.ServiceRoute | None = None
         self.errors: list[str] = []  # what apply could not do, for the runtime's log
 
     # -- helpers
@@ -209,7 +220,7 @@ class LocalBackend:
             r
             for r in self.view.replicas
             if r.spec.namespace == self.namespace and r.spec.service == self.name
-        ]
+        ] + self._started
 
     def _routed(self) -> dict[str, router_mod.Endpoint]:
         route = self.view.routes.get((self.namespace, self.name))
@@ -217,25 +228,55 @@ class LocalBackend:
             return {}
         return {e.name: e for rev in route.revisions for e in rev.endpoints}
 
+    @property
+    def route(self) -> router_mod.ServiceRoute | None:
+        """The route HAProxy should run for the service after this tick: what ``apply``
+        made of the plan, else (``mode: recommend``, or a cycle that failed before it
+        acted) the weights last applied over the replicas that serve now. None: the
+        service has no revision yet."""
+        if self._route is None and self.record is not None:
+            self._route = self._route_for(self.record)
+        return self._route
+
+    def _route_for(self, record: ServiceRecord) -> router_mod.ServiceRoute:
+        return desired_route(
+            self.namespace, self.name, record, self.own_replicas(), match_of(self.service.spec)
+        )
+
+    # -- what the driver asks
+
+    def revisions(self) -> list[str]:
+        return sorted(self.record.revisions) if self.record is not None else []
+
+    def first_version(self) -> int:
+        spec = self.service.spec.model
+        return check_version(Path(spec.base_path), spec.version)
+
+    def use_metrics(self, metrics: MetricsSnapshot) -> None:
+        self.metrics = metrics
+
     def revision_states(self) -> list[RevisionState]:
         wall = self._wall()
         route = self.view.routes.get((self.namespace, self.name))
         weights = {r.name: r.weight for r in route.revisions} if route is not None else None
         routed = self._routed()
         mine = self.own_replicas()
-        states = []
-        for rev, applied in sorted(self.record.revisions.items()):
+        states: list[RevisionState] = []
+        if self.record is None:
+            return states
+        record = self.record
+        for rev, applied in sorted(record.revisions.items()):
             pods = [r for r in mine if r.spec.revision == rev]
-            draining = [r for r in pods if r.spec.pod in self.record.draining]
+            draining = [r for r in pods if r.spec.pod in record.draining]
             ready = [
                 r
                 for r in pods
                 if r.phase is sup.Phase.READY
-                and r.spec.pod not in self.record.draining
+                and r.spec.pod not in record.draining
                 and (route is None or (r.spec.pod in routed and not routed[r.spec.pod].draining))
             ]
             starting = [
-                r for r in pods if r.phase in _NOT_YET and r.spec.pod not in self.record.draining
+                r for r in pods if r.phase in _NOT_YET and r.spec.pod not in record.draining
             ]
             weight = weights.get(rev, 0) if weights is not None else applied.weight
             states.append(
@@ -261,43 +302,19 @@ class LocalBackend:
 
     def observe(self, now: float) -> Observed:
         spec = self.service.spec
-        custom: dict[str, tuple[float | None, float | None]] = {}
-        canary, stable = self._rollout_revisions()
-        rollout = spec.rollout
-        source = self.view.source
-        if rollout is not None and canary is not None and source is not None:
-            checks = [c for c in analysis_checks(rollout) if c.query is not None]
-            if checks:
-                custom, _problems = source.custom_checks(
-                    checks,
-                    namespace=self.namespace,
-                    service=self.name,
-                    revision=canary,
-                    stable=stable,
-                    at=self.view.metrics.time,
-                )
+        if self.metrics is None:
+            raise RuntimeError("observe before use_metrics: the driver gives the tick's metrics")
         return observe(
             now,
-            self.view.metrics,
+            self.metrics,
             self.revision_states(),
             namespace=self.namespace,
             service=self.name,
             min_replicas=spec.autoscaling.min_replicas,
             max_replicas=spec.autoscaling.max_replicas,
-            header_revision=self.record.header,
-            custom=custom,
+            header_revision=self.record.header if self.record is not None else None,
+            custom=self.metrics.custom_for(self.namespace, self.name),
         )
-
-    def _rollout_revisions(self) -> tuple[str | None, str | None]:
-        state = self.load_state()
-        if state is None or not hasattr(state, "rollout"):
-            return None, None
-        name = self.name
-
-        def rev(version: int | None) -> str | None:
-            return None if version is None else f"{name}-v{version}"
-
-        return rev(state.rollout.canary), rev(state.rollout.stable)
 
     def commands(self, now: float) -> list[Command]:
         taken = self.store.take_commands(self.namespace, self.name, now=self._wall())
@@ -310,7 +327,15 @@ class LocalBackend:
         return commands
 
     def apply(self, plan: Plan, now: float) -> None:
+        """Start the replicas a revision lacks, mark the ones too many as draining, and
+        make the route (:attr:`route`) the plan's weights over the replicas that serve;
+        the record goes to the store. A new service gets its front ports here."""
         wall = self._wall()
+        if self.record is None:
+            if self._allocate_ports is None:
+                raise RuntimeError(f"{self.namespace}/{self.name}: no ports for a new service")
+            rest, grpc = self._allocate_ports()
+            self.record = ServiceRecord(rest_port=rest, grpc_port=grpc)
         mine = self.own_replicas()
         draining = dict(self.record.draining)
         ordinal = self.record.next_ordinal
@@ -327,11 +352,14 @@ class LocalBackend:
             for _ in range(start):
                 version = revisions[rev].version
                 try:
-                    self.supervisor.start(self.replica_spec(rev, version, pod_name(rev, ordinal)))
+                    started = self.supervisor.start(
+                        self.replica_spec(rev, version, pod_name(rev, ordinal))
+                    )
                 except (sup.SupervisorError, OSError) as exc:
                     self.errors.append(f"{rev}: cannot start a replica: {exc}")
                     break
                 ordinal += 1
+                self._started.append(started)
         self.record = replace(
             self.record,
             revisions=revisions,
@@ -339,6 +367,7 @@ class LocalBackend:
             draining=draining,
             next_ordinal=ordinal,
         )
+        self._route = self._route_for(self.record)
         self.store.put_runtime(self.namespace, self.name, self.record.to_dict(), now=wall)
 
     def replica_spec(self, revision: str, version: int, pod: str) -> sup.ReplicaSpec:

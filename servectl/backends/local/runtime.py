@@ -35,7 +35,6 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,29 +42,17 @@ from typing import Any
 
 from servectl.api import models
 from servectl.api.models import ConditionStatus
-from servectl.autoscaling import config
-from servectl.autoscaling import policy as policy_mod
-from servectl.autoscaling.snapshot import signals_doc
 from servectl.backends.local import cgroups
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
-from servectl.backends.local.backend import (
-    LocalBackend,
-    ModelPathError,
-    RevisionRecord,
-    ServiceRecord,
-    TickView,
-    check_version,
-    desired_route,
-    drained,
-    match_of,
-)
+from servectl.backends.local.backend import LocalBackend, TickView, drained
+from servectl.backends.local.fleet import LocalFleet
 from servectl.backends.local.paths import Paths
+from servectl.backends.local.record import ServiceRecord
 from servectl.backends.local.router_config import RuntimeState
 from servectl.backends.local.store import Store
-from servectl.controller import reconcile
-from servectl.controller.spec import PolicySpecError, policy_for, service_spec
-from servectl.metrics.assemble import MetricsSnapshot
+from servectl.controller import explain
+from servectl.controller.driver import Driver
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusError, PrometheusServer, ScrapeTarget
 from servectl.metrics.source import PrometheusSource
@@ -129,12 +116,6 @@ class TickReport:
     prometheus_restarted: bool = False
 
 
-@dataclass
-class _Decider:
-    generation: int
-    loop: reconcile.ServectlLoop
-
-
 class Runtime:
     """The local runtime under ``state_dir``. ``start()`` brings up (or adopts) HAProxy,
     Prometheus and the exporter; ``tick()`` runs one loop pass; ``run()`` ticks until
@@ -176,7 +157,13 @@ class Runtime:
         self._exporter: Any = None
         self._source: PrometheusSource | None = None
         self._targets: tuple[ScrapeTarget, ...] | None = None
-        self._deciders: dict[tuple[str, str], _Decider] = {}
+        self.fleet = LocalFleet(
+            self.store,
+            self.supervisor,
+            wall_clock=self.clock,
+            allocate_ports=lambda taken: allocate_front_ports(taken),
+        )
+        self.driver = Driver(self.fleet)
         self.last: TickReport | None = None
         self._stop = threading.Event()
 
@@ -256,43 +243,39 @@ class Runtime:
         self.supervisor.poll()
         report.router_restarted = self._ensure_router()
         report.prometheus_restarted = self._ensure_prometheus()
-        services = {(s.namespace, s.name): s for s in self.store.list_services()}
-        records = self.store.all_runtime()
         observed = self._observe_router()  # once a tick: the loop's view and apply's base
         routes = self.router.actual(observed) if observed is not None else {}
-        parsed: dict[tuple[str, str], models.ModelService] = {}
-        for key, row in services.items():
-            try:
-                parsed[key] = models.ModelService.model_validate(row.spec)
-            except ValueError as exc:
-                report.errors["/".join(key)] = f"spec no longer valid: {exc}"
-        for key, service in parsed.items():
-            if key not in records:
-                record = self._bootstrap(service, records)
-                if record is not None:
-                    records[key] = record.to_dict()
-        view = TickView(
-            replicas=self.supervisor.replicas(),
-            routes=routes,
-            metrics=self._snapshot(parsed, records),
-            source=self._source,
+        records = {
+            key: ServiceRecord.from_dict(doc) for key, doc in self.store.all_runtime().items()
+        }
+        self.fleet.source = self._source
+        self.fleet.begin(TickView(replicas=self.supervisor.replicas(), routes=routes), records)
+        result = self.driver.tick(now)
+        for key, error in result.errors.items():
+            report.errors["/".join(key)] = error
+        backends = {
+            key: backend
+            for key, backend in result.backends.items()
+            if isinstance(backend, LocalBackend)
+        }
+        for key, cycle in result.cycles.items():
+            self.store.put_cycle(*key, explain.cycle_record(cycle))
+        for key, backend in backends.items():
+            for error in backend.errors:
+                log.warning("%s/%s: %s", *key, error)
+        self._retire_deleted(set(backends))
+        services = {key: backend.service for key, backend in backends.items()}
+        applied = {
+            key: backend.record for key, backend in backends.items() if backend.record is not None
+        }
+        self._finish_drains(services, applied, now, routes)
+        stopping = {r.spec.pod for r in self.supervisor.replicas() if r.phase is sup.Phase.STOPPING}
+        self._apply_routes(
+            [_without(b.route, stopping) for b in backends.values() if b.route is not None],
+            observed,
         )
-        new_records: dict[tuple[str, str], ServiceRecord] = {}
-        for key, service in parsed.items():
-            if key not in records:
-                continue
-            record = ServiceRecord.from_dict(records[key])
-            try:
-                new_records[key] = self._reconcile(service, record, view, now, services[key])
-            except Exception as exc:  # one service's failure must not stop the others
-                log.error("%s/%s: %s\n%s", *key, exc, traceback.format_exc())
-                report.errors["/".join(key)] = f"{type(exc).__name__}: {exc}"
-                new_records[key] = record
-        self._retire_deleted(set(parsed))
-        self._finish_drains(parsed, new_records, now, routes)
-        self._apply_routes(parsed, new_records, observed)
         self._sync_targets()
-        report.services = len(parsed)
+        report.services = len(backends)
         report.seconds = time.monotonic() - started
         self.last = report
         self.store.put_setting(
@@ -306,102 +289,6 @@ class Runtime:
             },
         )
         return report
-
-    def _bootstrap(
-        self, service: models.ModelService, records: Mapping[tuple[str, str], Mapping[str, Any]]
-    ) -> ServiceRecord | None:
-        """A new service: its front ports and its first revision at minReplicas."""
-        meta, spec = service.metadata, service.spec
-        try:
-            version = check_version(Path(spec.model.base_path), spec.model.version)
-        except ModelPathError as exc:
-            self.store.append_events(
-                meta.namespace,
-                meta.name,
-                [
-                    {
-                        "time": self.clock(),
-                        "type": "Warning",
-                        "reason": "ModelNotFound",
-                        "message": str(exc),
-                    }
-                ],
-            )
-            return None
-        taken = [p for r in records.values() for p in (int(r["restPort"]), int(r["grpcPort"]))]
-        rest, grpc = allocate_front_ports(taken)
-        revision = service_spec(service).revision_name(version)
-        record = ServiceRecord(
-            rest_port=rest,
-            grpc_port=grpc,
-            revisions={
-                revision: RevisionRecord(
-                    version=version, replicas=spec.autoscaling.min_replicas, weight=100
-                )
-            },
-        )
-        self.store.put_runtime(meta.namespace, meta.name, record.to_dict(), now=self.clock())
-        return record
-
-    def _decider(self, service: models.ModelService, generation: int) -> reconcile.ServectlLoop:
-        key = (service.metadata.namespace, service.metadata.name)
-        cached = self._deciders.get(key)
-        if cached is not None and cached.generation == generation:
-            return cached.loop
-        library = {
-            name: models.ScalingPolicy.model_validate(doc)
-            for name, doc in (self.store.get_setting("policies") or {}).items()
-        }
-        # HAProxy balances each revision's replicas with leastconn (docs/local-runtime.md).
-        policy: policy_mod.Policy = policy_for(
-            service, library, routing=config.Routing.LEAST_REQUEST
-        )
-        loop = reconcile.ServectlLoop(service_spec(service), policy)
-        self._deciders[key] = _Decider(generation, loop)
-        return loop
-
-    def _reconcile(
-        self,
-        service: models.ModelService,
-        record: ServiceRecord,
-        view: TickView,
-        now: float,
-        row: Any,
-    ) -> ServiceRecord:
-        try:
-            decider = self._decider(service, row.generation)
-        except PolicySpecError as exc:
-            raise RuntimeError(str(exc)) from exc
-        backend = LocalBackend(
-            store=self.store,
-            service=service,
-            record=record,
-            view=view,
-            supervisor=self.supervisor,
-            wall_clock=self.clock,
-        )
-        cycle = reconcile.reconcile_once(backend, decider, now)
-        self.store.put_cycle(service.metadata.namespace, service.metadata.name, cycle_record(cycle))
-        for error in backend.errors:
-            log.warning("%s/%s: %s", service.metadata.namespace, service.metadata.name, error)
-        return backend.record
-
-    def _snapshot(
-        self,
-        parsed: Mapping[tuple[str, str], models.ModelService],
-        records: Mapping[tuple[str, str], Mapping[str, Any]],
-    ) -> MetricsSnapshot:
-        expected = [
-            (ns, name, rev)
-            for (ns, name), record in records.items()
-            if (ns, name) in parsed
-            for rev in record.get("revisions", {})
-        ]
-        rolling = [
-            name for (ns, name), record in records.items() if len(record.get("revisions", {})) > 1
-        ]
-        assert self._source is not None, "start() first"
-        return self._source.snapshot(expected=expected, analysis_services=rolling)
 
     # ------------------------------------------------------------------ router, drains
 
@@ -474,22 +361,15 @@ class Runtime:
             key = (replica.spec.namespace, replica.spec.service)
             if key not in live and replica.phase is not sup.Phase.STOPPING:
                 self.supervisor.stop(replica.spec.pod, STOP_GRACE_S)
-        for key in set(self._deciders) - live:
-            del self._deciders[key]
 
     def _apply_routes(
-        self,
-        parsed: Mapping[tuple[str, str], models.ModelService],
-        records: Mapping[tuple[str, str], ServiceRecord],
-        observed: RuntimeState | None,
+        self, routes: list[router_mod.ServiceRoute], observed: RuntimeState | None
     ) -> None:
-        replicas = self.supervisor.replicas()
-        routes = []
-        for key, record in sorted(records.items()):
-            mine = [r for r in replicas if (r.spec.namespace, r.spec.service) == key]
-            routes.append(desired_route(*key, record, mine, match_of(parsed[key].spec)))
+        """Every service's route to HAProxy at once (only what differs is sent)."""
         try:
-            self.router.apply(routes, observed=observed)
+            self.router.apply(
+                sorted(routes, key=lambda r: (r.namespace, r.service)), observed=observed
+            )
         except router_mod.RouterError as exc:
             log.error("router: %s", exc)
 
@@ -557,71 +437,6 @@ class Runtime:
         self.store.close()
 
 
-def _signals(snapshot: Any) -> dict[str, Any]:
-    return {} if snapshot is None else signals_doc(snapshot.signals)
-
-
-def cycle_record(cycle: reconcile.Cycle) -> dict[str, Any]:
-    """One cycle in JSON, for ``servectl explain`` and ``top``: what was seen (service and
-    per-revision signals), what the policy proposed and decided, and the plan."""
-    outcome = cycle.outcome
-    observed = cycle.observed
-    limits = outcome.limits
-    return {
-        "time": cycle.time,
-        "applied": cycle.applied,
-        "metricsOk": observed.metrics_ok,
-        "metricsDetail": observed.metrics_detail,
-        "service": _signals(observed.service),
-        "replicas": {
-            "current": observed.service.replicas.current,
-            "ready": observed.service.replicas.ready,
-            "min": observed.service.replicas.min,
-            "max": observed.service.replicas.max,
-        },
-        "revisions": [
-            {
-                "name": r.name,
-                "version": r.version,
-                "desired": r.desired,
-                "ready": r.ready,
-                "starting": r.starting,
-                "draining": r.draining,
-                "weight": r.weight,
-                "signals": _signals(r.snapshot),
-            }
-            for r in observed.revisions
-        ],
-        "decision": outcome.decision.to_dict() if outcome.decision is not None else None,
-        "requested": outcome.requested,
-        "demand": outcome.demand,
-        "decidedBy": outcome.decided_by,
-        "reason": outcome.reason,
-        "errors": list(outcome.errors),
-        "limits": (
-            {k: v for k, v in vars(limits).items() if isinstance(v, (int, float, str, type(None)))}
-            if limits is not None
-            else None
-        ),
-        "plan": {
-            "phase": str(outcome.plan.phase),
-            "message": outcome.plan.message,
-            "header": outcome.plan.header_revision,
-            "revisions": [
-                {
-                    "name": r.name,
-                    "version": r.version,
-                    "replicas": r.replicas,
-                    "weight": r.weight,
-                    "reason": r.reason,
-                    "message": r.message,
-                }
-                for r in outcome.plan.revisions
-            ],
-        },
-    }
-
-
 def condition_true(status: Mapping[str, Any] | None, kind: str) -> bool | None:
     """Whether the status condition ``kind`` is True (None: no such condition)."""
     for cond in (status or {}).get("conditions", []):
@@ -638,3 +453,16 @@ def install_signal_handlers(runtime: Runtime) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _without(route: router_mod.ServiceRoute, pods: set[str]) -> router_mod.ServiceRoute:
+    """``route`` without the endpoints of replicas stopped this tick (after their drain)."""
+    if not pods:
+        return route
+    return replace(
+        route,
+        revisions=tuple(
+            replace(rev, endpoints=tuple(e for e in rev.endpoints if e.name not in pods))
+            for rev in route.revisions
+        ),
+    )

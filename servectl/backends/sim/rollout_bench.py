@@ -30,7 +30,7 @@ from servectl.autoscaling import registry
 from servectl.backends.sim import peers
 from servectl.backends.sim.run import simulate_rollout
 from servectl.controller.backend import Decider
-from servectl.controller.reconcile import ServectlLoop
+from servectl.controller.decide import ServectlDecider
 from servectl.controller.spec import ServiceSpec
 from servectl.rollout.machine import Op
 from servectl.sim import model, results, suite, traces
@@ -158,7 +158,7 @@ def controller_factories(
             max_replicas=scenario.max_replicas,
         )
         told = dataclasses.replace(cfg, routing=suite.engine_routing(scenario.routing))
-        return ServectlLoop(service, registry.build("servectl", told))
+        return ServectlDecider(service, registry.build("servectl", told))
 
     def argo(scenario: control.RolloutScenario) -> Decider:
         return peers.ArgoStyle.for_scenario(spec, scenario, hpa_config=hpa_cfg)

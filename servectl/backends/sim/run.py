@@ -19,7 +19,8 @@ from servectl.autoscaling import config as config_mod
 from servectl.autoscaling import policy as policy_mod
 from servectl.backends.sim.backend import SimBackend
 from servectl.controller.backend import Decider
-from servectl.controller.reconcile import Cycle, ServectlLoop, reconcile_once
+from servectl.controller.decide import ServectlDecider
+from servectl.controller.reconcile import Cycle, reconcile_once
 from servectl.controller.spec import ServiceSpec
 from servectl.planning.types import Plan
 from servectl.sim import model, results, traces
@@ -166,7 +167,7 @@ def simulate(
     spec = ServiceSpec(
         name=SERVICE, min_replicas=min_replicas, max_replicas=max_replicas, mode=mode
     )
-    decider = ServectlLoop(spec, policy, name=policy.name)
+    decider = ServectlDecider(spec, policy, name=policy.name)
     decisions: list[results.DecisionRecord] = []
     directions: list[int] = []
     applied: list[int] = []

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servectl.autoscaling import config
 from servectl.controller.decide import Command, Outcome
 from servectl.planning.types import Observed, Plan
 
 
 class TickDecider:
-    @property
-    def mode(self) -> config.Mode:
-        """No recommend mode: a tick decider always acts."""
-        return config.Mode.ACTIVE
+    """Always active (no recommend mode), its state in itself, no custom analysis."""
+
+    def analysis(self, state: Any) -> None:
+        """Its checks, if any, read the observed signals: nothing more to measure."""
+        del state
 
     def initial_state(self, observed: Observed) -> None:
         """Its state lives in the object (an emulation, not persisted)."""

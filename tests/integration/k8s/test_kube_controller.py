@@ -245,7 +245,8 @@ def test_a_modelservice_creates_its_objects_owned_and_labelled(harness: Harness)
     uid = created["metadata"]["uid"]
     eventually(lambda: harness.ready_pods("hpt-v1") == 2 or None, "two ready hpt-v1 pods")
     # Behind the Gateway API routes, the engine sizes a backlog for least-request routing.
-    decider = running.controller._deciders[(harness.namespace, "hpt")].loop
+    decider = running.controller.driver.cached((harness.namespace, "hpt"))
+    assert decider is not None
     assert isinstance(decider.policy, EnginePolicy)
     assert decider.policy.config.routing is Routing.LEAST_REQUEST
     deps = harness.deployments()

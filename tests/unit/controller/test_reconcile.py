@@ -10,8 +10,8 @@ from servectl.api import models
 from servectl.autoscaling import config
 from servectl.backends.sim.bench import FixedReplicas as FixedPolicy
 from servectl.controller.backend import EventReason, EventType
-from servectl.controller.decide import Command, LoopState
-from servectl.controller.reconcile import ServectlLoop, reconcile_once
+from servectl.controller.decide import Command, LoopState, ServectlDecider
+from servectl.controller.reconcile import reconcile_once
 from servectl.controller.spec import ServiceSpec
 from servectl.controller.status import ConditionReason
 from servectl.rollout.machine import Op
@@ -20,8 +20,10 @@ from tests.unit.controller.fakes import FakeBackend
 C, S = models.ConditionType, models.ConditionStatus
 
 
-def loop(replicas: int, *, mode: config.Mode = config.Mode.ACTIVE, **spec: object) -> ServectlLoop:
-    return ServectlLoop(
+def loop(
+    replicas: int, *, mode: config.Mode = config.Mode.ACTIVE, **spec: object
+) -> ServectlDecider:
+    return ServectlDecider(
         ServiceSpec(name="m", min_replicas=1, max_replicas=10, mode=mode, **spec),  # type: ignore[arg-type]
         FixedPolicy(replicas),
     )
@@ -90,7 +92,7 @@ def test_recommend_mode_asks_the_policy_with_the_replicas_that_really_run() -> N
             return super().decide(snap, state)
 
     backend = FakeBackend({"m-v1": (1, 3, 100)})
-    decider = ServectlLoop(
+    decider = ServectlDecider(
         ServiceSpec(name="m", max_replicas=10, mode=config.Mode.RECOMMEND), Spy(7)
     )
     for now in (0.0, 1.0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from servectl.autoscaling.config import Routing
 from servectl.backends.kubernetes import objects as obj
-from servectl.backends.kubernetes.controller import routing_for
+from servectl.backends.kubernetes.fleet import routing_for
 
 
 def test_gateway_routes_least_request_and_a_plain_service_round_robin() -> None:
