@@ -31,13 +31,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +43,8 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 import yaml
+
+from servectl import processes
 
 DEFAULT_BINARY = "prometheus"
 INSTALL_HINT = "install it with the Debian package: apt-get install prometheus"
@@ -119,16 +119,6 @@ def find_prometheus(binary: str = DEFAULT_BINARY) -> str | None:
     return shutil.which(binary)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie is dead: it only waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _now() -> float:
     # Deadlines for waiting on a child process: this module is an I/O edge, not a policy.
     return time.monotonic()
@@ -140,21 +130,6 @@ def _duration(seconds: float) -> str:
     if millis <= 0:
         raise ValueError(f"duration must be at least 1 ms, got {seconds!r} s")
     return f"{millis}ms" if millis % 1000 else f"{millis // 1000}s"
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    # Prometheus watches file_sd files with inotify: a rename is one event with the whole
-    # content, where an in-place write could be read half-written.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _check_job_name(job: str) -> None:
@@ -259,7 +234,7 @@ class PrometheusServer:
     def running(self) -> bool:
         if self._process is not None:
             return self._process.poll() is None
-        return self._adopted_pid is not None and _alive(self._adopted_pid)
+        return self._adopted_pid is not None and processes.alive(self._adopted_pid)
 
     def adopt(self) -> bool:
         """Take over a Prometheus a previous process started here with ``detach=True``
@@ -267,12 +242,11 @@ class PrometheusServer:
         this data directory's TSDB on its recorded port."""
         if self.running:
             return True
-        try:
-            pid_text, port_text = self.pid_path.read_text().split()
-            pid, port = int(pid_text), int(port_text)
-        except (OSError, ValueError):
+        recorded = processes.read_pidfile(self.pid_path)
+        if recorded is None or len(recorded) != 2:
             return False
-        if not _alive(pid):
+        pid, port = recorded
+        if not processes.alive(pid):
             return False
         saved = self._port
         self._port = port
@@ -318,7 +292,7 @@ class PrometheusServer:
         return config
 
     def _write_config(self) -> None:
-        _write_atomic(self.config_path, yaml.safe_dump(self._config(), sort_keys=False))
+        processes.write_atomic(self.config_path, yaml.safe_dump(self._config(), sort_keys=False))
 
     def set_targets(self, targets: Iterable[ScrapeTarget]) -> None:
         """Replace every target. Takes effect at Prometheus's next file_sd read (~instant).
@@ -340,7 +314,9 @@ class PrometheusServer:
                 }
                 for t in by_job.get(job, [])
             ]
-            _write_atomic(self._job_file(job), json.dumps(groups, indent=1))
+            # Prometheus watches file_sd files with inotify: a rename is one event with the
+            # whole content, where an in-place write could be read half-written.
+            processes.write_atomic(self._job_file(job), json.dumps(groups, indent=1))
         self._targets = targets
         if new_jobs or not self.config_path.exists():
             self._write_config()
@@ -362,7 +338,7 @@ class PrometheusServer:
         if binary is None:
             raise PrometheusNotFound(f"Prometheus binary {self.binary!r} not found; {INSTALL_HINT}")
         if self._port == 0:
-            self._port = _free_loopback_port()
+            self._port = processes.free_port()
         self._write_config()
         self.tsdb_path.mkdir(parents=True, exist_ok=True)
         command = [
@@ -385,7 +361,7 @@ class PrometheusServer:
             start_new_session=self.detach,
         )
         if self.detach:
-            _write_atomic(self.pid_path, f"{self._process.pid} {self._port}\n")
+            processes.write_atomic(self.pid_path, f"{self._process.pid} {self._port}\n")
         try:
             self._wait_ready(self.start_timeout_s)
         except BaseException:
@@ -425,12 +401,12 @@ class PrometheusServer:
         """SIGTERM (Prometheus flushes and closes the TSDB), then SIGKILL after timeout_s."""
         process, self._process = self._process, None
         adopted, self._adopted_pid = self._adopted_pid, None
-        if adopted is not None and _alive(adopted):
+        if adopted is not None and processes.alive(adopted):
             os.kill(adopted, signal.SIGTERM)
             deadline = _now() + timeout_s
-            while _alive(adopted) and _now() < deadline:
+            while processes.alive(adopted) and _now() < deadline:
                 time.sleep(_POLL_S)
-            if _alive(adopted):
+            if processes.alive(adopted):
                 os.kill(adopted, signal.SIGKILL)
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -449,11 +425,7 @@ class PrometheusServer:
         self.start()
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            with self.log_path.open(encoding="utf-8", errors="replace") as log:
-                return "".join(deque(log, maxlen=lines))
-        except FileNotFoundError:
-            return "(no log)"
+        return processes.log_tail(self.log_path, lines)
 
     def __enter__(self) -> Self:
         self.start()

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from servectl import processes
 from servectl.backends.local import cgroups
-from servectl.backends.local import supervisor as sv
-from servectl.backends.local.supervisor import Phase, Replica, ReplicaSpec, Supervisor
+from servectl.backends.local.replica_launch import ReplicaSpec
+from servectl.backends.local.replica_state import Phase, Replica
+from servectl.backends.local.supervisor import Supervisor
 
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("TensorFlow is not installed (the serving extra)", allow_module_level=True)
@@ -109,7 +111,7 @@ def test_two_replicas_become_ready_under_a_half_core_quota(cluster: Cluster) -> 
     took = time.monotonic() - cluster.started
     for pod in GOOD:
         replica = replicas[pod]
-        rss = sv.rss_bytes(replica.pid)  # type: ignore[arg-type]
+        rss = processes.rss_bytes(replica.pid)  # type: ignore[arg-type]
         print(f"\n{pod}: READY {took:.1f} s after start, RSS {rss / 2**20:.0f} MiB")  # type: ignore[operator]
         if cluster.setup.limits_cpu:
             group = Path(replica.cgroup)  # type: ignore[arg-type]

@@ -44,10 +44,11 @@ from servectl.backends.local import router_config
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.client import ClientError, LocalClient
 from servectl.backends.local.demo import DemoError
-from servectl.backends.local.runtime import Runtime, free_port
+from servectl.backends.local.runtime import Runtime
 from servectl.backends.local.store import StoreError
 from servectl.metrics.server import PrometheusError
 from servectl.modelserver.demo import DemoExportError
+from servectl.processes import free_port, rss_bytes
 
 Progress = Callable[[str], None]
 
@@ -519,7 +520,7 @@ def replica_figures(
                     f"cost_model v1, {replica.limits or 'no limits'}; READY seen at a 1 s tick",
                 )
             )
-        rss, pss = sup.rss_bytes(pid), pss_bytes(pid)
+        rss, pss = rss_bytes(pid), pss_bytes(pid)
         charged = cgroup_memory_bytes(runtime, replica)
         for name, value, detail in (
             ("memory: resident (RSS)", rss, "TensorFlow's shared libraries counted whole"),

@@ -32,7 +32,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +55,7 @@ from servectl.controller.driver import Driver
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusError, PrometheusServer, ScrapeTarget
 from servectl.metrics.source import PrometheusSource
+from servectl.processes import free_port, port_free
 
 log = logging.getLogger("servectl.runtime")
 
@@ -71,22 +71,6 @@ LOCAL_METRICS = MetricsConfig(rateWindow="5s", timeoutSeconds=2.0, staleAfterSec
 JOB_SERVING = "servectl-tf-serving"
 JOB_EXPORTER = "servectl-exporter"
 JOB_HAPROXY = "servectl-haproxy"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def allocate_front_ports(

@@ -8,28 +8,16 @@ pool, and a stop is SIGTERM now and SIGKILL from a later ``poll`` once the grace
 passed. With 20 replicas ``poll`` takes 0.5 ms (median; 5 ms at most while they start); when
 many replicas crash at once, the work is spread over calls (:data:`POLL_BUDGET_S`).
 
-**What runs.** ``tensorflow_model_server`` when it is on PATH, else servectl's own
-TF-Serving-compatible server (``python -m servectl model-server``, docs/modelserver.md), one
-process per replica, each on two free loopback ports chosen when it starts (gRPC and REST),
-serving one model at one version::
+**What runs** (:mod:`~servectl.backends.local.replica_launch`): one model-server process
+per replica, on two free loopback ports chosen when it starts, serving one model at one
+version, with its config files under ``<dir>/replicas/<pod>/`` and its log in
+``<dir>/logs/<pod>.log``. A port taken by another process before the server bound it makes
+the server exit "already in use"; it is started again at once on new ports (up to 3 times
+in a row), which is not counted as a restart.
 
-    <dir>/replicas/<pod>/models.config      ModelServerConfig: the model, version N only
-    <dir>/replicas/<pod>/monitoring.config  Prometheus metrics on the REST port
-    <dir>/replicas/<pod>/batching.config    when the spec has batching
-    <dir>/replicas/<pod>/replica.json       the record a new supervisor adopts from
-    <dir>/logs/<pod>.log                    stdout and stderr, appended across restarts
-    <dir>/replicas.json                     the exporters' replica registry
-
-servectl's server is also told to bind loopback only (TF Serving binds ``0.0.0.0`` and has
-no flag for it) and, with a CPU limit, to size TensorFlow's thread pools to it. A port can be
-taken by another process between the choice and the bind; the server then exits saying
-"already in use" and is started again at once on new ports (up to 3 times in a row), which
-is not counted as a restart.
-
-**Limits.** With a :class:`cgroups.Setup` that can limit, each replica gets its own group
-(``<namespace>.<pod>``) with the spec's CPU cores and memory bytes; its process joins right
-after it starts and the group is removed once the process has gone. Without one, replicas
-run unlimited and :attr:`Supervisor.limits` says why.
+**Limits** (:mod:`~servectl.backends.local.replica_cgroups`): with a :class:`cgroups.Setup`
+that can limit, each replica runs in its own group with the spec's CPU and memory; without
+one, replicas run unlimited and :attr:`Supervisor.limits` says why.
 
 **Phases** (:class:`Phase`). ``STARTING`` until ``GET /v1/models/<m>/versions/<v>`` says
 ``AVAILABLE``, then ``READY``. Checked every 0.25 s (0.2 s timeout) while starting, every
@@ -62,37 +50,30 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import enum
-import errno
-import fcntl
-import http.client
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from servectl.backends.local import cgroups
-from servectl.metrics.exporters import replicas as registry
+from servectl import processes
+from servectl.backends.local import cgroups, replica_cgroups, replica_state
+from servectl.backends.local import replica_launch as launch
+
+# The supervisor's API takes a ReplicaSpec, returns Replicas in a Phase and raises these
+# errors: its callers name them through this module.
+from servectl.backends.local.replica_launch import InvalidSpecError as InvalidSpecError
+from servectl.backends.local.replica_launch import ReplicaSpec as ReplicaSpec
+from servectl.backends.local.replica_launch import ServerStartError as ServerStartError
+from servectl.backends.local.replica_launch import SupervisorError as SupervisorError
+from servectl.backends.local.replica_state import Phase as Phase
+from servectl.backends.local.replica_state import Replica as Replica
 
 log = logging.getLogger(__name__)
-
-TF_SERVING_BINARY = "tensorflow_model_server"
-"""The real TF Serving, preferred when on PATH."""
-CONTAINER = "model-server"
-"""The container name replicas have in the exporters' registry."""
-METRICS_PATH = "/monitoring/prometheus/metrics"
 
 BACKOFF_INITIAL_S = 1.0
 """The wait before the first restart of a crashed replica; doubled per crash."""
@@ -124,23 +105,9 @@ PROBE_WORKERS = 8
 """Threads running readiness checks (a check takes at most its timeout)."""
 ADOPT_WAIT_S = 1.0
 """How long the constructor waits for the readiness of the replicas it adopts."""
-GROUP_REMOVE_RETRY_S = 30.0
-"""How long a group that could not be removed is retried (its last process may linger)."""
-
-_POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?: [A-Z] [^\]]*\] ")
-_RECORD_FORMAT = 1
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class SupervisorError(Exception):
-    """Base of the errors this module raises; the message says what to do."""
-
-
-class InvalidSpecError(SupervisorError, ValueError):
-    """A :class:`ReplicaSpec` field is out of range; the message names it."""
 
 
 class ReplicaConflictError(SupervisorError):
@@ -155,10 +122,6 @@ class NotRunningError(SupervisorError):
     """The replica has no process now (it is waiting to restart)."""
 
 
-class ServerStartError(SupervisorError):
-    """The model-server command could not be executed."""
-
-
 class DirectoryBusyError(SupervisorError):
     """Another supervisor manages this directory."""
 
@@ -167,301 +130,7 @@ class ClosedError(SupervisorError):
     """The supervisor was shut down or closed."""
 
 
-# --------------------------------------------------------------------------- the spec
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """What one replica runs: one model version, with its limits."""
-
-    namespace: str
-    service: str
-    revision: str
-    pod: str  # unique name, [a-z0-9-]
-    model_name: str
-    base_path: Path  # absolute; holds the numbered version directories
-    version: int
-    cpu_cores: float | None = None
-    memory_bytes: int | None = None
-    batching: tuple[int, int] | None = None  # (max_batch_size, batch_timeout_micros)
-
-    def __post_init__(self) -> None:
-        for name in ("namespace", "pod"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _POD_NAME.match(value):
-                raise InvalidSpecError(
-                    f"{name}: {value!r} is not a DNS label; use 1-63 characters of a-z, 0-9 "
-                    "and '-', starting and ending with a letter or digit"
-                )
-        for name in ("service", "revision", "model_name"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value or not value.isprintable():
-                raise InvalidSpecError(
-                    f"{name}: expected a non-empty printable name, got {value!r}"
-                )
-        if not isinstance(self.base_path, Path) or not self.base_path.is_absolute():
-            raise InvalidSpecError(
-                f"base_path: {self.base_path!r} is not absolute; pass Path(...).resolve() "
-                "(the server runs in the replica's directory)"
-            )
-        if "\n" in str(self.base_path):
-            raise InvalidSpecError(f"base_path: {self.base_path!r} holds a newline")
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
-            raise InvalidSpecError(f"version: expected an integer >= 0, got {self.version!r}")
-        if self.cpu_cores is not None and not (
-            isinstance(self.cpu_cores, int | float)
-            and math.isfinite(self.cpu_cores)
-            and self.cpu_cores > 0
-        ):
-            raise InvalidSpecError(
-                f"cpu_cores: expected a positive number of cores or None, got {self.cpu_cores!r}"
-            )
-        if self.memory_bytes is not None and (
-            isinstance(self.memory_bytes, bool)
-            or not isinstance(self.memory_bytes, int)
-            or self.memory_bytes <= 0
-        ):
-            raise InvalidSpecError(
-                f"memory_bytes: expected a positive integer or None, got {self.memory_bytes!r}"
-            )
-        if self.batching is not None:
-            size, timeout = self.batching
-            if size < 1 or timeout < 0:
-                raise InvalidSpecError(
-                    f"batching: expected (max_batch_size >= 1, batch_timeout_micros >= 0), "
-                    f"got {self.batching!r}"
-                )
-
-    @property
-    def group_name(self) -> str:
-        """The replica's cgroup name (one path segment, unique per namespace and pod)."""
-        return f"{self.namespace}.{self.pod}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "service": self.service,
-            "revision": self.revision,
-            "pod": self.pod,
-            "model_name": self.model_name,
-            "base_path": str(self.base_path),
-            "version": self.version,
-            "cpu_cores": self.cpu_cores,
-            "memory_bytes": self.memory_bytes,
-            "batching": list(self.batching) if self.batching is not None else None,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ReplicaSpec:
-        batching = data.get("batching")
-        return cls(
-            namespace=data["namespace"],
-            service=data["service"],
-            revision=data["revision"],
-            pod=data["pod"],
-            model_name=data["model_name"],
-            base_path=Path(data["base_path"]),
-            version=data["version"],
-            cpu_cores=data.get("cpu_cores"),
-            memory_bytes=data.get("memory_bytes"),
-            batching=(int(batching[0]), int(batching[1])) if batching is not None else None,
-        )
-
-
-class Phase(enum.StrEnum):
-    STARTING = "STARTING"  # the process runs; its version is not AVAILABLE yet
-    READY = "READY"  # the version is AVAILABLE: route traffic to it
-    NOT_READY = "NOT_READY"  # was READY; its checks fail now
-    BACKOFF = "BACKOFF"  # the process exited; it starts again after a delay
-    STOPPING = "STOPPING"  # stop() was called; the process has not gone yet
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One replica as :meth:`Supervisor.poll` saw it."""
-
-    spec: ReplicaSpec
-    phase: Phase
-    pid: int | None
-    rest_port: int | None
-    grpc_port: int | None
-    restarts: int
-    started_at: float | None  # wall clock of the current process start
-    ready_at: float | None  # wall clock of the last change to READY; None unless READY
-    message: str
-    last_error: str | None
-    cgroup: str | None  # its CPU group directory (else its memory group), or None
-    limits: str = ""  # what is enforced, or why not
-    log_path: Path | None = None
-    adopted: bool = False  # its process was started by an earlier supervisor
-
-    @property
-    def url(self) -> str | None:
-        """The REST endpoint (``http://127.0.0.1:<port>``), while a process runs."""
-        return None if self.rest_port is None else f"http://127.0.0.1:{self.rest_port}"
-
-
-# --------------------------------------------------------------------------- files
-
-
-@dataclass(frozen=True)
-class ReplicaFiles:
-    """Where one replica's files are."""
-
-    directory: Path
-    model_config: Path
-    monitoring_config: Path
-    batching_config: Path
-    record: Path
-    log: Path
-
-    @classmethod
-    def under(cls, root: Path, pod: str) -> ReplicaFiles:
-        directory = root / "replicas" / pod
-        return cls(
-            directory=directory,
-            model_config=directory / "models.config",
-            monitoring_config=directory / "monitoring.config",
-            batching_config=directory / "batching.config",
-            record=directory / "replica.json",
-            log=root / "logs" / f"{pod}.log",
-        )
-
-
-def _proto_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def model_config_text(spec: ReplicaSpec) -> str:
-    """The replica's ``--model_config_file``: its model, its revision's version only."""
-    return (
-        "model_config_list {\n"
-        "  config {\n"
-        f"    name: {_proto_string(spec.model_name)}\n"
-        f"    base_path: {_proto_string(str(spec.base_path))}\n"
-        '    model_platform: "tensorflow"\n'
-        f"    model_version_policy {{ specific {{ versions: {spec.version} }} }}\n"
-        "  }\n"
-        "}\n"
-    )
-
-
-def monitoring_config_text() -> str:
-    return f"prometheus_config {{ enable: true, path: {_proto_string(METRICS_PATH)} }}\n"
-
-
-def batching_config_text(max_batch_size: int, batch_timeout_micros: int) -> str:
-    return (
-        f"max_batch_size {{ value: {max_batch_size} }}\n"
-        f"batch_timeout_micros {{ value: {batch_timeout_micros} }}\n"
-    )
-
-
-def is_tf_serving(command: Sequence[str]) -> bool:
-    """Whether ``command`` runs TF Serving's binary (which lacks servectl's bind flags)."""
-    return Path(command[0]).name.startswith(TF_SERVING_BINARY)
-
-
-def default_command() -> list[str]:
-    """``tensorflow_model_server`` when on PATH, else servectl's own model server."""
-    found = shutil.which(TF_SERVING_BINARY)
-    if found is not None:
-        return [found]
-    return [sys.executable, "-m", "servectl", "model-server"]
-
-
-def server_argv(
-    command: Sequence[str], spec: ReplicaSpec, files: ReplicaFiles, rest_port: int, grpc_port: int
-) -> list[str]:
-    """The full command line of one replica's server."""
-    argv = [
-        *command,
-        f"--port={grpc_port}",
-        f"--rest_api_port={rest_port}",
-        f"--model_config_file={files.model_config}",
-        f"--monitoring_config_file={files.monitoring_config}",
-        "--file_system_poll_wait_seconds=0",
-    ]
-    if not is_tf_serving(command):
-        argv += ["--rest_api_bind_address=127.0.0.1", "--grpc_bind_address=127.0.0.1"]
-    if spec.cpu_cores is not None:
-        argv += [
-            f"--tensorflow_intra_op_parallelism={max(1, math.ceil(spec.cpu_cores))}",
-            "--tensorflow_inter_op_parallelism=1",
-        ]
-    if spec.batching is not None:
-        argv += ["--enable_batching", f"--batching_parameters_file={files.batching_config}"]
-    return argv
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------- processes
-
-
-def _free_port() -> int:
-    """A port that is free on 127.0.0.1 now (another process may take it before the server
-    binds it; the supervisor then retries)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (state first), or None if there is no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time (field 22 of ``/proc/<pid>/stat``, clock ticks since boot)."""
-    fields = _proc_stat(pid)
-    return None if fields is None else int(fields[19])
-
-
-def alive(pid: int, ticks: int | None) -> bool:
-    """Whether ``pid`` runs and is the process that started at ``ticks`` (a zombie is dead)."""
-    fields = _proc_stat(pid)
-    if fields is None or fields[0] in ("Z", "X", "x"):
-        return False
-    return ticks is None or int(fields[19]) == ticks
-
-
-def oom_kills(group_dir: Path | None) -> int | None:
-    """How many processes the kernel has OOM-killed in a memory group (``oom_kill`` in
-    v2's ``memory.events`` or v1's ``memory.oom_control``), or None where it cannot say."""
-    if group_dir is None:
-        return None
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            text = (group_dir / name).read_text(encoding="utf-8")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-    return None
-
-
-def rss_bytes(pid: int) -> int | None:
-    """The process's resident memory (``VmRSS``), or None if it has gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _describe_exit(code: int | None, pid: int) -> str:
@@ -476,160 +145,7 @@ def _describe_exit(code: int | None, pid: int) -> str:
     return f"exited with code {code}"
 
 
-def _log_tail(path: Path, offset: int, limit: int = 16384) -> str:
-    """What the log got since ``offset`` (its last ``limit`` bytes)."""
-    try:
-        with path.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(offset, size - limit))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str, limit: int = 400) -> str:
-    for line in reversed(text.splitlines()):
-        line = _LOG_PREFIX.sub("", line.strip())
-        if line:
-            return line if len(line) <= limit else line[: limit - 3] + "..."
-    return ""
-
-
-# --------------------------------------------------------------------------- readiness
-
-
-@dataclass(frozen=True)
-class _Probe:
-    ok: bool
-    detail: str
-    answered: bool  # the server answered (an error it reports, not a refused connection)
-
-
-def check_version(port: int, model: str, version: int, timeout_s: float) -> _Probe:
-    """Ask the server on ``port`` whether ``model`` ``version`` is AVAILABLE (REST status)."""
-    path = f"/v1/models/{urllib.parse.quote(model, safe='')}/versions/{version}"
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        status, body = response.status, response.read(65536)
-    except TimeoutError:
-        return _Probe(False, f"no answer from port {port} within {timeout_s:g} s", False)
-    except ConnectionRefusedError:
-        return _Probe(False, f"port {port} refuses connections (still loading?)", False)
-    except (OSError, http.client.HTTPException) as exc:
-        return _Probe(False, f"status check on port {port} failed: {exc!r}", False)
-    finally:
-        conn.close()
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return _Probe(False, f"GET {path}: HTTP {status}, not JSON", True)
-    if status != 200 or not isinstance(data, dict):
-        error = data.get("error") if isinstance(data, dict) else None
-        return _Probe(False, f"GET {path}: HTTP {status}: {error or body[:200]!r}", True)
-    for entry in data.get("model_version_status") or []:
-        if isinstance(entry, dict) and str(entry.get("version")) == str(version):
-            state = entry.get("state")
-            if state == "AVAILABLE":
-                return _Probe(True, f"version {version} of {model} is AVAILABLE", True)
-            status_obj = entry.get("status") or {}
-            error = status_obj.get("error_message") if isinstance(status_obj, dict) else None
-            detail = f"version {version} of {model} is {state}"
-            return _Probe(False, f"{detail}: {error}" if error else detail, bool(error))
-    return _Probe(False, f"version {version} of {model} is not listed by {path}", True)
-
-
 # --------------------------------------------------------------------------- the supervisor
-
-
-class _Slot:
-    """One replica's mutable state (the supervisor's own; :class:`Replica` is its view)."""
-
-    def __init__(self, spec: ReplicaSpec, files: ReplicaFiles) -> None:
-        self.spec = spec
-        self.files = files
-        self.phase = Phase.STARTING
-        self.process: subprocess.Popen[bytes] | None = None
-        self.pid: int | None = None
-        self.ticks: int | None = None
-        self.adopted = False
-        self.rest_port: int | None = None
-        self.grpc_port: int | None = None
-        self.restarts = 0
-        self.backoff_s = BACKOFF_INITIAL_S
-        self.restart_at: float | None = None
-        self.port_retries = 0
-        self.port_retry_due = False  # the pending start is a port retry (not a restart)
-        self.started_at: float | None = None
-        self.ready_at: float | None = None
-        self.ready_since: float | None = None  # on the supervisor's clock
-        self.message = ""
-        self.last_error: str | None = None
-        self.group: cgroups.Group | None = None
-        self.limits = ""
-        self.log_offset = 0
-        self.oom_kills: int | None = None  # in its memory group when the process started
-        self.stop_deadline: float | None = None  # on the supervisor's clock
-        self.stop_deadline_wall: float | None = None
-        self.killed = False
-        self.probe: tuple[int, concurrent.futures.Future[_Probe]] | None = None
-        self.next_probe_at = 0.0
-        self.probe_failures = 0
-
-    @property
-    def stopping(self) -> bool:
-        return self.stop_deadline is not None
-
-    def view(self) -> Replica:
-        group_dir = None
-        if self.group is not None:
-            group_dir = self.group.cpu_dir or self.group.memory_dir
-        return Replica(
-            spec=self.spec,
-            phase=self.phase,
-            pid=self.pid,
-            rest_port=self.rest_port,
-            grpc_port=self.grpc_port,
-            restarts=self.restarts,
-            started_at=self.started_at,
-            ready_at=self.ready_at if self.phase == Phase.READY else None,
-            message=self.message,
-            last_error=self.last_error,
-            cgroup=None if group_dir is None else str(group_dir),
-            limits=self.limits,
-            log_path=self.files.log,
-            adopted=self.adopted,
-        )
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "format": _RECORD_FORMAT,
-            "spec": self.spec.to_json(),
-            "pid": self.pid,
-            "start_ticks": self.ticks,
-            "rest_port": self.rest_port,
-            "grpc_port": self.grpc_port,
-            "restarts": self.restarts,
-            "backoff_s": self.backoff_s,
-            "started_at": self.started_at,
-            "cgroup_cpu": _str_or_none(self.group.cpu_dir if self.group else None),
-            "cgroup_memory": _str_or_none(self.group.memory_dir if self.group else None),
-            "cgroup_cpuacct": _str_or_none(self.group.cpuacct_dir if self.group else None),
-            "limits": self.limits,
-            "last_error": self.last_error,
-            "stop_deadline": self.stop_deadline_wall,
-            "log_offset": self.log_offset,
-            "oom_kills": self.oom_kills,
-        }
-
-
-def _str_or_none(path: Path | None) -> str | None:
-    return None if path is None else str(path)
-
-
-def _path_or_none(value: object) -> Path | None:
-    return Path(value) if isinstance(value, str) and value else None
 
 
 class Supervisor:
@@ -637,12 +153,10 @@ class Supervisor:
 
     ``cgroups``: where CPU and memory limits go (:func:`cgroups.detect`); None runs
     without. ``command``: the server command, flags excluded (default
-    :func:`default_command`); paths in it must be absolute, as the server runs in its
-    replica's directory. ``clock`` (monotonic seconds) drives probes, backoff and stop
-    deadlines; ``wall`` stamps ``started_at`` and ``ready_at``.
+    :func:`replica_launch.default_command`); paths in it must be absolute, as the server
+    runs in its replica's directory. ``clock`` (monotonic seconds) drives probes, backoff
+    and stop deadlines; ``wall`` stamps ``started_at`` and ``ready_at``.
     """
-
-    _orphan_groups: list[tuple[cgroups.Group, float]]  # removal failed: retried until then
 
     def __init__(
         self,
@@ -655,13 +169,13 @@ class Supervisor:
     ) -> None:
         self.directory = Path(directory)
         self._setup = cgroups
-        self._command = list(command) if command is not None else default_command()
+        self._command = list(command) if command is not None else launch.default_command()
         if not self._command:
             raise ValueError("command: expected the server's argv, got an empty list")
         self._clock = clock
         self._wall = wall
-        self._slots: dict[str, _Slot] = {}
-        self._orphan_groups = []
+        self._slots: dict[str, replica_state.Slot] = {}
+        self._orphan_groups = replica_cgroups.Orphans()
         self._registry_text: str | None = None
         self._budget_end = 0.0  # restarts happen in poll() only, within its budget
         self._spawn_cost = 0.01  # seconds a restart took lately (a moving average)
@@ -686,9 +200,7 @@ class Supervisor:
     @property
     def limits(self) -> str:
         """What limits replicas get, or why none (``Setup.describe()``)."""
-        if self._setup is None:
-            return "no cgroup limits: the supervisor was given no cgroup setup"
-        return self._setup.describe()
+        return replica_cgroups.describe(self._setup)
 
     @property
     def registry_path(self) -> Path:
@@ -710,8 +222,8 @@ class Supervisor:
                 "wait until poll() no longer lists it, or start the new spec under another "
                 "pod name"
             )
-        files = ReplicaFiles.under(self.directory, spec.pod)
-        slot = _Slot(spec, files)
+        files = launch.ReplicaFiles.under(self.directory, spec.pod)
+        slot = replica_state.Slot(spec, files, BACKOFF_INITIAL_S)
         files.directory.mkdir(parents=True, exist_ok=True)
         try:
             self._spawn(slot, self._clock(), fresh=True)
@@ -768,7 +280,7 @@ class Supervisor:
             slot = self._slots.get(pod)
             if slot is not None:
                 self._step(slot, now)
-        self._retry_orphan_groups(now)
+        self._orphan_groups.retry(now)
         self._write_registry()
         return self.replicas()
 
@@ -827,9 +339,7 @@ class Supervisor:
             return
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
-        with contextlib.suppress(OSError):
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-        self._lock.close()
+        processes.unlock(self._lock)
 
     # -- processes ----------------------------------------------------------------------
 
@@ -841,117 +351,45 @@ class Supervisor:
             )
 
     def _take_lock(self) -> IO[str]:
-        path = self.directory / "supervisor.lock"
-        handle = path.open("a+", encoding="utf-8")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise DirectoryBusyError(
-                    f"another supervisor (pid {holder}) manages {self.directory}; stop it "
-                    "(or close() it) first, or use another directory"
-                ) from None
-            raise
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        return handle
+            return processes.lock_pidfile(self.directory / "supervisor.lock")
+        except processes.LockHeld as held:
+            raise DirectoryBusyError(
+                f"another supervisor (pid {held.holder}) manages {self.directory}; stop it "
+                "(or close() it) first, or use another directory"
+            ) from None
 
     def _pick_ports(self) -> tuple[int, int]:
         taken = {p for s in self._slots.values() for p in (s.rest_port, s.grpc_port) if p}
         ports: list[int] = []
         for _ in range(100):
-            port = _free_port()
+            port = processes.free_port()
             if port not in taken and port not in ports:
                 ports.append(port)
                 if len(ports) == 2:
                     return ports[0], ports[1]
         raise ServerStartError("no two free loopback ports found in 100 tries; free some ports")
 
-    def _ensure_group(self, slot: _Slot) -> None:
-        setup, spec = self._setup, slot.spec
-        wanted = []
-        if spec.cpu_cores is not None:
-            wanted.append(f"{spec.cpu_cores:g} cores")
-        if spec.memory_bytes is not None:
-            wanted.append(f"{spec.memory_bytes} bytes of memory")
-        if setup is None or not (setup.limits_cpu or setup.limits_memory):
-            slot.limits = ("not enforced: " + self.limits) if wanted else "none asked"
-            return
-        if slot.group is None:
-            try:
-                slot.group = cgroups.create(
-                    setup, spec.group_name, cpu_cores=spec.cpu_cores, memory_bytes=spec.memory_bytes
-                )
-            except (cgroups.CgroupError, OSError) as exc:
-                slot.limits = f"not enforced: {exc}"
-                return
-        enforced: list[str] = []
-        missing: list[str] = []
-        if spec.cpu_cores is not None:
-            (enforced if setup.limits_cpu else missing).append(f"cpu {spec.cpu_cores:g} cores")
-        if spec.memory_bytes is not None:
-            (enforced if setup.limits_memory else missing).append(f"memory {spec.memory_bytes} B")
-        parts = []
-        if enforced:
-            parts.append(", ".join(enforced) + f" in cgroup {spec.group_name}")
-        if missing:
-            parts.append(", ".join(missing) + " not enforced (" + "; ".join(setup.notes) + ")")
-        slot.limits = "; ".join(parts) or f"no limits asked; accounted in cgroup {spec.group_name}"
-
-    def _spawn(self, slot: _Slot, now: float, *, fresh: bool = False) -> None:
+    def _spawn(self, slot: replica_state.Slot, now: float, *, fresh: bool = False) -> None:
         """Start the slot's process on new ports (raises ServerStartError if it cannot);
         ``fresh``: a new replica, whose config files are (re)written."""
         spec, files = slot.spec, slot.files
         rest_port, grpc_port = self._pick_ports()
         if fresh or not files.model_config.exists():  # they depend on the spec alone
-            files.directory.mkdir(parents=True, exist_ok=True)
-            files.model_config.write_text(model_config_text(spec), encoding="utf-8")
-            files.monitoring_config.write_text(monitoring_config_text(), encoding="utf-8")
-            if spec.batching is not None:
-                files.batching_config.write_text(batching_config_text(*spec.batching), "utf-8")
-        self._ensure_group(slot)
-        argv = server_argv(self._command, spec, files, rest_port, grpc_port)
-        files.log.parent.mkdir(parents=True, exist_ok=True)
+            launch.write_config_files(spec, files)
+        slot.group, slot.limits = replica_cgroups.ensure(self._setup, spec, slot.group)
         wall = self._wall()
-        with files.log.open("ab") as out:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
-            marker = (
-                f"==== servectl supervisor {stamp}: starting {spec.pod} ({spec.revision}, "
-                f"{spec.model_name} v{spec.version}), restart {slot.restarts}, "
-                f"REST {rest_port}, gRPC {grpc_port}: {' '.join(argv)}\n"
-            )
-            out.write(marker.encode())
-            out.flush()
-            offset = out.tell()
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=files.directory,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                out.write(f"==== cannot start: {exc}\n".encode())
-                raise ServerStartError(
-                    f"cannot run the model server {self._command[0]!r}: {exc.strerror or exc}; "
-                    "install tensorflow_model_server or servectl's serving extra "
-                    "(pip install 'servectl[serving]'), or pass command="
-                ) from exc
+        process, offset = launch.start_server(
+            self._command, spec, files, rest_port, grpc_port, restarts=slot.restarts, wall=wall
+        )
         if slot.group is not None:
             try:
                 slot.group.add(process.pid)
             except cgroups.CgroupError as exc:
                 slot.limits = f"not enforced: {exc}"
-        slot.oom_kills = oom_kills(slot.group.memory_dir if slot.group else None)
+        slot.oom_kills = replica_cgroups.oom_kills(slot.group.memory_dir if slot.group else None)
         slot.process, slot.pid, slot.adopted = process, process.pid, False
-        slot.ticks = start_ticks(process.pid)
+        slot.ticks = processes.start_ticks(process.pid)
         slot.rest_port, slot.grpc_port = rest_port, grpc_port
         slot.started_at, slot.ready_at, slot.ready_since = wall, None, None
         slot.log_offset = offset
@@ -961,26 +399,26 @@ class Supervisor:
         slot.message = f"started pid {process.pid}; waiting for version {spec.version} to load"
         self._save(slot)
 
-    def _signal(self, slot: _Slot, sig: int) -> None:
+    def _signal(self, slot: replica_state.Slot, sig: int) -> None:
         if slot.process is not None:
             with contextlib.suppress(ProcessLookupError):
                 slot.process.send_signal(sig)  # no-op once reaped
-        elif slot.pid is not None and alive(slot.pid, slot.ticks):  # never a reused pid
+        elif slot.pid is not None and processes.alive(slot.pid, slot.ticks):  # never a reused pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(slot.pid, sig)
 
-    def _exit_code(self, slot: _Slot) -> tuple[bool, int | None]:
+    def _exit_code(self, slot: replica_state.Slot) -> tuple[bool, int | None]:
         """(exited, its code: None when unknown)."""
         if slot.process is not None:
             code = slot.process.poll()
             return code is not None, code
         if slot.pid is None:
             return True, None
-        return not alive(slot.pid, slot.ticks), None
+        return not processes.alive(slot.pid, slot.ticks), None
 
     # -- the state machine --------------------------------------------------------------
 
-    def _step(self, slot: _Slot, now: float) -> None:
+    def _step(self, slot: replica_state.Slot, now: float) -> None:
         if slot.pid is not None:
             exited, code = self._exit_code(slot)
             if exited:
@@ -1010,7 +448,7 @@ class Supervisor:
         if slot.probe is None and now >= slot.next_probe_at and slot.rest_port is not None:
             self._submit_probe(slot, now)
 
-    def _submit_probe(self, slot: _Slot, now: float) -> None:
+    def _submit_probe(self, slot: replica_state.Slot, now: float) -> None:
         """Start a readiness check; the next is due an interval after this one began (so
         a controller that polls once a second gets one check a second while starting)."""
         assert slot.pid is not None and slot.rest_port is not None
@@ -1020,11 +458,11 @@ class Supervisor:
         )
         slot.next_probe_at = now + (READY_PROBE_INTERVAL_S if ready else PROBE_INTERVAL_S)
         future = self._pool.submit(
-            check_version, slot.rest_port, slot.spec.model_name, slot.spec.version, timeout
+            launch.check_version, slot.rest_port, slot.spec.model_name, slot.spec.version, timeout
         )
         slot.probe = (slot.pid, future)
 
-    def _collect_probe(self, slot: _Slot, now: float) -> None:
+    def _collect_probe(self, slot: replica_state.Slot, now: float) -> None:
         if slot.probe is None:
             return
         pid, future = slot.probe
@@ -1036,10 +474,10 @@ class Supervisor:
         try:
             result = future.result()
         except Exception as exc:  # a bug in the check itself: report it, keep checking
-            result = _Probe(False, f"readiness check failed: {exc!r}", False)
+            result = launch.Probe(False, f"readiness check failed: {exc!r}", False)
         self._apply_probe(slot, result, now)
 
-    def _apply_probe(self, slot: _Slot, result: _Probe, now: float) -> None:
+    def _apply_probe(self, slot: replica_state.Slot, result: launch.Probe, now: float) -> None:
         spec = slot.spec
         if result.ok:
             slot.probe_failures = 0
@@ -1067,19 +505,19 @@ class Supervisor:
         if result.answered:
             slot.last_error = result.detail
 
-    def _exited(self, slot: _Slot, code: int | None, now: float) -> None:
+    def _exited(self, slot: replica_state.Slot, code: int | None, now: float) -> None:
         pid = slot.pid
         assert pid is not None
         slot.probe = None
-        tail = _log_tail(slot.files.log, slot.log_offset)
+        tail = processes.log_since(slot.files.log, slot.log_offset)
         slot.process, slot.pid, slot.ticks = None, None, None
         slot.started_at = slot.ready_at = slot.ready_since = None
         if slot.stopping:
             self._forget(slot)
             return
         reason = _describe_exit(code, pid)
-        line = _last_line(tail)
-        oom = self._oom_killed(slot)
+        line = launch.last_line(tail)
+        oom = replica_cgroups.oom_killed(slot.spec, slot.group, slot.oom_kills)
         if oom is not None:
             reason = f"{oom} ({reason})"
         elif line:
@@ -1102,20 +540,7 @@ class Supervisor:
             )
         self._crashed(slot, reason, now)
 
-    def _oom_killed(self, slot: _Slot) -> str | None:
-        """What to say when the kernel killed the process for its memory limit, or None."""
-        memory_dir = slot.group.memory_dir if slot.group is not None else None
-        before, after = slot.oom_kills, oom_kills(memory_dir)
-        if before is None or after is None or after <= before:
-            return None
-        limit = slot.spec.memory_bytes
-        size = "" if limit is None else f" of {limit / 2**20:g} MiB"
-        return (
-            f"OOM-killed: the server needed more than its memory limit{size}; raise "
-            "memory_bytes (servectl's server with TensorFlow uses about 260 MiB)"
-        )
-
-    def _crashed(self, slot: _Slot, reason: str, now: float) -> None:
+    def _crashed(self, slot: replica_state.Slot, reason: str, now: float) -> None:
         delay = slot.backoff_s
         slot.backoff_s = min(BACKOFF_MAX_S, slot.backoff_s * 2)
         slot.port_retries = 0
@@ -1125,7 +550,7 @@ class Supervisor:
         slot.message = f"{reason}; restarting in {delay:g} s"
         self._save(slot)
 
-    def _restart(self, slot: _Slot, now: float) -> None:
+    def _restart(self, slot: replica_state.Slot, now: float) -> None:
         began = time.perf_counter()
         if self._spawned_this_poll and began + self._spawn_cost > self._budget_end:
             return  # it would take this poll over its budget: the next one starts it
@@ -1147,102 +572,40 @@ class Supervisor:
                 f"(try {slot.port_retries} of {PORT_RETRIES}): pid {slot.pid}"
             )
 
-    def _forget(self, slot: _Slot) -> None:
+    def _forget(self, slot: replica_state.Slot) -> None:
         slot.probe = None
         self._slots.pop(slot.spec.pod, None)
         self._release_group(slot)
         shutil.rmtree(slot.files.directory, ignore_errors=True)
 
-    def _release_group(self, slot: _Slot) -> None:
+    def _release_group(self, slot: replica_state.Slot) -> None:
         if slot.group is None:
             return
         group, slot.group = slot.group, None
-        try:
-            group.remove()
-        except cgroups.CgroupError:
-            self._orphan_groups.append((group, self._clock() + GROUP_REMOVE_RETRY_S))
-
-    def _retry_orphan_groups(self, now: float) -> None:
-        left = []
-        for group, until in self._orphan_groups:
-            try:
-                group.remove()
-            except cgroups.CgroupError as exc:
-                if now < until:
-                    left.append((group, until))
-                else:
-                    log.warning("giving up removing cgroup %s: %s", group.name, exc)
-        self._orphan_groups = left
+        self._orphan_groups.release(group, self._clock())
 
     # -- files --------------------------------------------------------------------------
 
-    def _save(self, slot: _Slot) -> None:
+    def _save(self, slot: replica_state.Slot) -> None:
         slot.files.directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(slot.files.record, json.dumps(slot.record(), indent=2) + "\n")
+        processes.write_atomic(slot.files.record, json.dumps(slot.record(), indent=2) + "\n")
 
     def _write_registry(self) -> None:
-        entries = []
-        for pod in sorted(self._slots):
-            slot = self._slots[pod]
-            if slot.pid is None:
-                continue
-            cpu_dir = slot.group.cpu_dir if slot.group is not None else None
-            entry = registry.Replica(
-                namespace=slot.spec.namespace,
-                service=slot.spec.service,
-                revision=slot.spec.revision,
-                pod=slot.spec.pod,
-                container=CONTAINER,
-                pid=slot.pid,
-                cgroup=_str_or_none(cpu_dir),
-                cpu_request_cores=slot.spec.cpu_cores,
-            )
-            entries.append(entry.model_dump())
-        text = json.dumps({"replicas": entries}, indent=2) + "\n"
+        entries = [self._slots[pod].registry_entry() for pod in sorted(self._slots)]
+        replicas = [entry for entry in entries if entry is not None]
+        text = json.dumps({"replicas": replicas}, indent=2) + "\n"
         if text != self._registry_text:
-            _write_atomic(self.registry_path, text)
+            processes.write_atomic(self.registry_path, text)
             self._registry_text = text
 
     # -- adoption -----------------------------------------------------------------------
 
-    def _load(self, path: Path) -> tuple[_Slot, dict[str, Any]] | None:
-        """A replica record as a slot (no process yet) and its raw fields; None if invalid."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            spec = ReplicaSpec.from_json(data["spec"])
-            if spec.pod != path.parent.name:
-                raise ValueError(f"it names pod {spec.pod}")
-            slot = _Slot(spec, ReplicaFiles.under(self.directory, spec.pod))
-            slot.restarts = int(data.get("restarts") or 0)
-            slot.backoff_s = float(data.get("backoff_s") or BACKOFF_INITIAL_S)
-            slot.log_offset = int(data.get("log_offset") or 0)
-            slot.oom_kills = data.get("oom_kills")
-            if slot.oom_kills is not None and not isinstance(slot.oom_kills, int):
-                raise ValueError(f"oom_kills: expected an integer, got {slot.oom_kills!r}")
-            slot.last_error = data.get("last_error")
-            slot.limits = str(data.get("limits") or "")
-            for key in ("pid", "start_ticks", "rest_port", "grpc_port"):
-                if data.get(key) is not None and not isinstance(data[key], int):
-                    raise ValueError(f"{key}: expected an integer, got {data[key]!r}")
-            for key in ("started_at", "stop_deadline"):
-                if data.get(key) is not None and not isinstance(data[key], int | float):
-                    raise ValueError(f"{key}: expected a number, got {data[key]!r}")
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-            log.warning("%s: not a replica record, left alone (%s)", path, exc)
-            return None
-        cpu_dir = _path_or_none(data.get("cgroup_cpu"))
-        memory_dir = _path_or_none(data.get("cgroup_memory"))
-        cpuacct_dir = _path_or_none(data.get("cgroup_cpuacct"))
-        if cpu_dir is not None or memory_dir is not None:
-            slot.group = cgroups.Group(spec.group_name, cpu_dir, memory_dir, cpuacct_dir)
-        return slot, data
-
     def _adopt(self) -> None:
         """Adopt the replicas recorded under the directory (module docstring)."""
         now, wall = self._clock(), self._wall()
-        gone: list[_Slot] = []
+        gone: list[replica_state.Slot] = []
         for path in sorted((self.directory / "replicas").glob("*/replica.json")):
-            loaded = self._load(path)
+            loaded = replica_state.load(path, self.directory, BACKOFF_INITIAL_S)
             if loaded is None:
                 continue
             slot, data = loaded
@@ -1252,7 +615,7 @@ class Supervisor:
                 data.get("start_ticks"),
                 data.get("stop_deadline"),
             )
-            if pid is not None and pid > 0 and alive(pid, ticks):
+            if pid is not None and pid > 0 and processes.alive(pid, ticks):
                 slot.pid, slot.ticks, slot.adopted = pid, ticks, True
                 slot.rest_port, slot.grpc_port = data.get("rest_port"), data.get("grpc_port")
                 slot.started_at = data.get("started_at")
@@ -1270,7 +633,7 @@ class Supervisor:
             else:
                 what = "its process" if pid is None else f"pid {pid}"
                 reason = f"{what} was not running when the supervisor started (exit code unknown)"
-                line = _last_line(_log_tail(slot.files.log, slot.log_offset))
+                line = launch.last_line(processes.log_since(slot.files.log, slot.log_offset))
                 self._crashed(slot, reason + (f": {line}" if line else ""), now)
         for slot in gone:
             self._forget(slot)

@@ -19,9 +19,13 @@ from typing import Any
 
 import pytest
 
+from servectl import processes
 from servectl.backends.local import cgroups
+from servectl.backends.local import replica_launch as launch
 from servectl.backends.local import supervisor as sv
-from servectl.backends.local.supervisor import Phase, Replica, ReplicaSpec, Supervisor
+from servectl.backends.local.replica_launch import ReplicaSpec
+from servectl.backends.local.replica_state import Phase, Replica
+from servectl.backends.local.supervisor import Supervisor
 from servectl.metrics.exporters.cgroup import CgroupMount
 from servectl.metrics.exporters.replicas import parse_replicas
 from servectl.testing import fake_model_server
@@ -128,7 +132,7 @@ def test_writes_the_configs_and_passes_the_flags(tmp_path: Path, run_dir: Path, 
     sup = make(run_dir)
     replica = sup.start(spec(base, version=2, cpu_cores=1.5, batching=(32, 1000)))
     assert replica.phase == Phase.STARTING and replica.pid is not None
-    files = sv.ReplicaFiles.under(run_dir, "m-v1-0")
+    files = launch.ReplicaFiles.under(run_dir, "m-v1-0")
     assert files.model_config.read_text() == textwrap.dedent(
         f"""\
         model_config_list {{
@@ -165,7 +169,7 @@ def test_writes_the_configs_and_passes_the_flags(tmp_path: Path, run_dir: Path, 
     assert replica.rest_port != replica.grpc_port
     record = json.loads(files.record.read_text())
     assert record["pid"] == replica.pid and record["rest_port"] == replica.rest_port
-    assert record["start_ticks"] == sv.start_ticks(replica.pid)
+    assert record["start_ticks"] == processes.start_ticks(replica.pid)
     assert ReplicaSpec.from_json(record["spec"]) == replica.spec
     (ready,) = wait_for(sup, all_ready(1))
     assert ready.url == f"http://127.0.0.1:{replica.rest_port}"
@@ -176,11 +180,11 @@ def test_writes_the_configs_and_passes_the_flags(tmp_path: Path, run_dir: Path, 
 
 def test_tf_serving_gets_no_bind_flags(tmp_path: Path) -> None:
     base = model(tmp_path)
-    files = sv.ReplicaFiles.under(tmp_path, "p")
-    tf = sv.server_argv(["/usr/bin/tensorflow_model_server"], spec(base), files, 1, 2)
+    files = launch.ReplicaFiles.under(tmp_path, "p")
+    tf = launch.server_argv(["/usr/bin/tensorflow_model_server"], spec(base), files, 1, 2)
     assert not any("bind_address" in flag for flag in tf)
     assert "--tensorflow_intra_op_parallelism=1" not in tf  # no CPU limit, no pool sizes
-    quarter = sv.server_argv(COMMAND, spec(base, cpu_cores=0.25), files, 1, 2)
+    quarter = launch.server_argv(COMMAND, spec(base, cpu_cores=0.25), files, 1, 2)
     assert "--tensorflow_intra_op_parallelism=1" in quarter
     assert "--rest_api_bind_address=127.0.0.1" in quarter
 
@@ -189,11 +193,11 @@ def test_server_command_prefers_tf_serving_on_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert sv.default_command() == [sys.executable, "-m", "servectl", "model-server"]
+    assert launch.default_command() == [sys.executable, "-m", "servectl", "model-server"]
     binary = tmp_path / "tensorflow_model_server"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
-    assert sv.default_command() == [str(binary)]
+    assert launch.default_command() == [str(binary)]
     sup = Supervisor(tmp_path / "run")
     assert sup.server_command == [str(binary)]
     sup.close()
@@ -222,7 +226,7 @@ def test_bad_specs_say_which_field(tmp_path: Path) -> None:
         ({"memory_bytes": 0}, "memory_bytes"),
         ({"batching": (0, 10)}, "batching"),
     ]:
-        with pytest.raises(sv.InvalidSpecError, match=f"^{field}: "):
+        with pytest.raises(launch.InvalidSpecError, match=f"^{field}: "):
             spec(base, **kw)
 
 
@@ -241,7 +245,7 @@ def test_a_missing_command_is_an_error_that_says_what_to_install(
     tmp_path: Path, run_dir: Path, make
 ) -> None:
     sup = make(run_dir, command=[str(tmp_path / "no-such-server")])
-    with pytest.raises(sv.ServerStartError, match="install tensorflow_model_server"):
+    with pytest.raises(launch.ServerStartError, match="install tensorflow_model_server"):
         sup.start(spec(model(tmp_path)))
     assert sup.replicas() == []
 
@@ -379,7 +383,7 @@ def test_kill_9_is_restarted_and_ready_again(tmp_path: Path, run_dir: Path, make
     (after,) = wait_for(sup, all_ready(1), timeout_s=5)
     assert after.restarts == 1 and after.pid != before.pid
     assert after.last_error is not None and "signal 9" in after.last_error
-    assert sv.ReplicaFiles.under(run_dir, "m-v1-0").log.read_text().count("==== servectl") == 2
+    assert launch.ReplicaFiles.under(run_dir, "m-v1-0").log.read_text().count("==== servectl") == 2
 
 
 def test_backoff_resets_after_60_s_ready(tmp_path: Path, run_dir: Path, make) -> None:
@@ -435,9 +439,9 @@ def test_a_taken_port_is_retried_at_once_on_new_ports(
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     busy = taken.getsockname()[1]
-    picks = iter([busy, sv._free_port()])
-    real = sv._free_port
-    monkeypatch.setattr(sv, "_free_port", lambda: next(picks, None) or real())
+    picks = iter([busy, processes.free_port()])
+    real = processes.free_port
+    monkeypatch.setattr(processes, "free_port", lambda: next(picks, None) or real())
     clock = FakeClock()
     sup = make(run_dir, clock=clock)
     try:
@@ -448,7 +452,7 @@ def test_a_taken_port_is_retried_at_once_on_new_ports(
         taken.close()
     assert replica.restarts == 0 and replica.rest_port != busy and replica.pid != first.pid
     assert replica.last_error is None
-    assert "already in use" in sv.ReplicaFiles.under(run_dir, "m-v1-0").log.read_text()
+    assert "already in use" in launch.ReplicaFiles.under(run_dir, "m-v1-0").log.read_text()
 
 
 # --------------------------------------------------------------------------- stop
@@ -462,7 +466,7 @@ def test_stop_sends_sigterm_and_forgets_the_replica(tmp_path: Path, run_dir: Pat
     sup.stop("m-v1-0", grace_s=10)
     assert sup.get("m-v1-0").phase == Phase.STOPPING  # type: ignore[union-attr]
     wait_for(sup, lambda rs: rs == [], timeout_s=5)
-    files = sv.ReplicaFiles.under(run_dir, "m-v1-0")
+    files = launch.ReplicaFiles.under(run_dir, "m-v1-0")
     assert not files.directory.exists()
     assert "Received signal 15" in files.log.read_text()  # SIGTERM, no SIGKILL needed
     assert json.loads(sup.registry_path.read_text()) == {"replicas": []}
@@ -480,7 +484,7 @@ def test_sigkill_after_the_grace_period(tmp_path: Path, run_dir: Path, make) -> 
     time.sleep(0.3)
     (stopping,) = sup.poll()
     assert stopping.phase == Phase.STOPPING and "SIGTERM" in stopping.message
-    assert sv.alive(replica.pid, sv.start_ticks(replica.pid))  # type: ignore[arg-type]
+    assert processes.alive(replica.pid, processes.start_ticks(replica.pid))  # type: ignore[arg-type]
     clock.advance(0.1)
     assert "SIGKILL" in sup.poll()[0].message
     wait_for(sup, lambda rs: rs == [], timeout_s=5, step_s=0)
@@ -506,7 +510,7 @@ def test_shutdown_stops_everything_and_waits(tmp_path: Path, run_dir: Path, make
     sup.shutdown(grace_s=0.5)
     took = time.monotonic() - started
     assert 0.5 <= took < 3, took
-    assert all(not sv.alive(r.pid, None) for r in replicas if r.pid is not None)
+    assert all(not processes.alive(r.pid, None) for r in replicas if r.pid is not None)
     assert json.loads(sup.registry_path.read_text()) == {"replicas": []}
     with pytest.raises(sv.ClosedError, match="create a new Supervisor"):
         sup.poll()
@@ -619,7 +623,7 @@ def test_a_new_supervisor_adopts_what_a_killed_controller_left(
     assert len(pids) == 2
     # One replica dies while no controller runs; the other keeps serving.
     os.kill(pids[1], signal.SIGKILL)
-    while sv.alive(pids[1], None):
+    while processes.alive(pids[1], None):
         time.sleep(0.01)
     sup = make(run_dir)
     adopted, dead = sup.replicas()
@@ -652,7 +656,7 @@ def test_adoption_checks_the_start_time_against_pid_reuse(
     replica = sup.start(spec(base))
     wait_for(sup, all_ready(1))
     sup.close()
-    record_path = sv.ReplicaFiles.under(run_dir, "m-v1-0").record
+    record_path = launch.ReplicaFiles.under(run_dir, "m-v1-0").record
     record = json.loads(record_path.read_text())
     record["start_ticks"] -= 1  # the pid now names "another" process
     record_path.write_text(json.dumps(record))
@@ -672,4 +676,4 @@ def test_a_stop_in_progress_survives_the_controller(tmp_path: Path, run_dir: Pat
     again = make(run_dir)
     assert again.get("m-v1-0").phase == Phase.STOPPING  # type: ignore[union-attr]
     wait_for(again, lambda rs: rs == [], timeout_s=5)
-    assert not sv.alive(replica.pid, None)  # type: ignore[arg-type]
+    assert not processes.alive(replica.pid, None)  # type: ignore[arg-type]

@@ -1,0 +1,205 @@
+"""One replica's state as the supervisor keeps it (:class:`Slot`), shows it (:class:`Replica`
+in a :class:`Phase`) and records it: ``replica.json``, which a later supervisor adopts the
+replica from, and its entry in the exporters' registry (``replicas.json``).
+
+The transitions between phases are the supervisor's
+(:mod:`servectl.backends.local.supervisor`); this module holds no process and decides
+nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import json
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servectl.backends.local import cgroups
+from servectl.backends.local import replica_launch as launch
+from servectl.metrics.exporters import replicas as registry
+
+log = logging.getLogger(__name__)
+
+CONTAINER = "model-server"
+"""The container name replicas have in the exporters' registry."""
+RECORD_FORMAT = 1
+"""The version of ``replica.json``'s layout."""
+
+
+class Phase(enum.StrEnum):
+    STARTING = "STARTING"  # the process runs; its version is not AVAILABLE yet
+    READY = "READY"  # the version is AVAILABLE: route traffic to it
+    NOT_READY = "NOT_READY"  # was READY; its checks fail now
+    BACKOFF = "BACKOFF"  # the process exited; it starts again after a delay
+    STOPPING = "STOPPING"  # stop() was called; the process has not gone yet
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica as :meth:`Supervisor.poll` saw it."""
+
+    spec: launch.ReplicaSpec
+    phase: Phase
+    pid: int | None
+    rest_port: int | None
+    grpc_port: int | None
+    restarts: int
+    started_at: float | None  # wall clock of the current process start
+    ready_at: float | None  # wall clock of the last change to READY; None unless READY
+    message: str
+    last_error: str | None
+    cgroup: str | None  # its CPU group directory (else its memory group), or None
+    limits: str = ""  # what is enforced, or why not
+    log_path: Path | None = None
+    adopted: bool = False  # its process was started by an earlier supervisor
+
+    @property
+    def url(self) -> str | None:
+        """The REST endpoint (``http://127.0.0.1:<port>``), while a process runs."""
+        return None if self.rest_port is None else f"http://127.0.0.1:{self.rest_port}"
+
+
+class Slot:
+    """One replica's mutable state (the supervisor's own; :class:`Replica` is its view)."""
+
+    def __init__(
+        self, spec: launch.ReplicaSpec, files: launch.ReplicaFiles, backoff_s: float
+    ) -> None:
+        self.spec = spec
+        self.files = files
+        self.phase = Phase.STARTING
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
+        self.ticks: int | None = None
+        self.adopted = False
+        self.rest_port: int | None = None
+        self.grpc_port: int | None = None
+        self.restarts = 0
+        self.backoff_s = backoff_s
+        self.restart_at: float | None = None
+        self.port_retries = 0
+        self.port_retry_due = False  # the pending start is a port retry (not a restart)
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self.ready_since: float | None = None  # on the supervisor's clock
+        self.message = ""
+        self.last_error: str | None = None
+        self.group: cgroups.Group | None = None
+        self.limits = ""
+        self.log_offset = 0
+        self.oom_kills: int | None = None  # in its memory group when the process started
+        self.stop_deadline: float | None = None  # on the supervisor's clock
+        self.stop_deadline_wall: float | None = None
+        self.killed = False
+        self.probe: tuple[int, concurrent.futures.Future[launch.Probe]] | None = None
+        self.next_probe_at = 0.0
+        self.probe_failures = 0
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_deadline is not None
+
+    def view(self) -> Replica:
+        group_dir = None
+        if self.group is not None:
+            group_dir = self.group.cpu_dir or self.group.memory_dir
+        return Replica(
+            spec=self.spec,
+            phase=self.phase,
+            pid=self.pid,
+            rest_port=self.rest_port,
+            grpc_port=self.grpc_port,
+            restarts=self.restarts,
+            started_at=self.started_at,
+            ready_at=self.ready_at if self.phase == Phase.READY else None,
+            message=self.message,
+            last_error=self.last_error,
+            cgroup=None if group_dir is None else str(group_dir),
+            limits=self.limits,
+            log_path=self.files.log,
+            adopted=self.adopted,
+        )
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_FORMAT,
+            "spec": self.spec.to_json(),
+            "pid": self.pid,
+            "start_ticks": self.ticks,
+            "rest_port": self.rest_port,
+            "grpc_port": self.grpc_port,
+            "restarts": self.restarts,
+            "backoff_s": self.backoff_s,
+            "started_at": self.started_at,
+            "cgroup_cpu": _str_or_none(self.group.cpu_dir if self.group else None),
+            "cgroup_memory": _str_or_none(self.group.memory_dir if self.group else None),
+            "cgroup_cpuacct": _str_or_none(self.group.cpuacct_dir if self.group else None),
+            "limits": self.limits,
+            "last_error": self.last_error,
+            "stop_deadline": self.stop_deadline_wall,
+            "log_offset": self.log_offset,
+            "oom_kills": self.oom_kills,
+        }
+
+    def registry_entry(self) -> dict[str, Any] | None:
+        """The replica in the exporters' registry (``replicas.json``), while a process runs."""
+        if self.pid is None:
+            return None
+        cpu_dir = self.group.cpu_dir if self.group is not None else None
+        entry = registry.Replica(
+            namespace=self.spec.namespace,
+            service=self.spec.service,
+            revision=self.spec.revision,
+            pod=self.spec.pod,
+            container=CONTAINER,
+            pid=self.pid,
+            cgroup=_str_or_none(cpu_dir),
+            cpu_request_cores=self.spec.cpu_cores,
+        )
+        return entry.model_dump()
+
+
+def _str_or_none(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _path_or_none(value: object) -> Path | None:
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def load(path: Path, directory: Path, backoff_s: float) -> tuple[Slot, dict[str, Any]] | None:
+    """A replica record under ``directory`` as a slot (no process yet; ``backoff_s`` when the
+    record has none) and its raw fields; None (and a warning) if it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        spec = launch.ReplicaSpec.from_json(data["spec"])
+        if spec.pod != path.parent.name:
+            raise ValueError(f"it names pod {spec.pod}")
+        slot = Slot(spec, launch.ReplicaFiles.under(directory, spec.pod), backoff_s)
+        slot.restarts = int(data.get("restarts") or 0)
+        slot.backoff_s = float(data.get("backoff_s") or backoff_s)
+        slot.log_offset = int(data.get("log_offset") or 0)
+        slot.oom_kills = data.get("oom_kills")
+        if slot.oom_kills is not None and not isinstance(slot.oom_kills, int):
+            raise ValueError(f"oom_kills: expected an integer, got {slot.oom_kills!r}")
+        slot.last_error = data.get("last_error")
+        slot.limits = str(data.get("limits") or "")
+        for key in ("pid", "start_ticks", "rest_port", "grpc_port"):
+            if data.get(key) is not None and not isinstance(data[key], int):
+                raise ValueError(f"{key}: expected an integer, got {data[key]!r}")
+        for key in ("started_at", "stop_deadline"):
+            if data.get(key) is not None and not isinstance(data[key], int | float):
+                raise ValueError(f"{key}: expected a number, got {data[key]!r}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        log.warning("%s: not a replica record, left alone (%s)", path, exc)
+        return None
+    cpu_dir = _path_or_none(data.get("cgroup_cpu"))
+    memory_dir = _path_or_none(data.get("cgroup_memory"))
+    cpuacct_dir = _path_or_none(data.get("cgroup_cpuacct"))
+    if cpu_dir is not None or memory_dir is not None:
+        slot.group = cgroups.Group(spec.group_name, cpu_dir, memory_dir, cpuacct_dir)
+    return slot, data
