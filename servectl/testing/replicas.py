@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from servectl.backends.local.router_config import Endpoint
+from servectl.backends.local.router_model import Endpoint
 
 GRPC_SERVICE = "servectl.testing.Replica"
 GRPC_METHOD = f"/{GRPC_SERVICE}/Name"

@@ -39,7 +39,7 @@ from servectl.backends.kubernetes.kube import (
 )
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.backend import LocalBackend, RevisionRecord, ServiceRecord, TickView
-from servectl.backends.local.router_config import Endpoint, RevisionRoute, ServiceRoute
+from servectl.backends.local.router_model import Endpoint, RevisionRoute, ServiceRoute
 from servectl.backends.local.store import Store
 from servectl.controller.decide import ServectlDecider
 from servectl.controller.reconcile import reconcile_once

@@ -4,8 +4,10 @@
   events, the command queue, rollout history, the runtime's per-service records);
 - :mod:`~servectl.backends.local.supervisor`: each replica as a model-server process, in its
   own cgroup (:mod:`~servectl.backends.local.cgroups`);
-- :mod:`~servectl.backends.local.router`: HAProxy (its pure half, config and runtime
-  commands, is :mod:`~servectl.backends.local.router_config`);
+- :mod:`~servectl.backends.local.router`: HAProxy (its pure half: the routes and their
+  plan in :mod:`~servectl.backends.local.router_model`, the config and maps in
+  :mod:`~servectl.backends.local.haproxy_config`, the runtime state and commands in
+  :mod:`~servectl.backends.local.haproxy_state`);
 - :mod:`~servectl.backends.local.backend`: ``LocalBackend``, one service as a
   :class:`servectl.controller.backend.Backend`;
 - :mod:`~servectl.backends.local.runtime`: the controller (every piece, and the 1 s loop);

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from servectl.backends.local import router as router_mod
-from servectl.backends.local import router_config
+from servectl.backends.local import router_model
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.client import ClientError, LocalClient
 from servectl.backends.local.demo import DemoError
@@ -126,7 +126,7 @@ class _Client:
         if response.will_close:
             self.conn.close()
             self.conn = None
-        return response.status, response.getheader(router_config.REVISION_HEADER)
+        return response.status, response.getheader(router_model.REVISION_HEADER)
 
     def close(self) -> None:
         if self.conn is not None:

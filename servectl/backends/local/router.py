@@ -4,9 +4,11 @@ splits between revisions, least-outstanding-requests within one, changed at runt
 The controller calls :meth:`Router.apply` every tick with the full desired routing
 (level-triggered); the router reads what HAProxy runs now through its runtime API and sends
 only the commands that differ, none when nothing changed. The routing design (slots, the
-counter + map split, the A/B match map) is in :mod:`servectl.backends.local.router_config`,
-which renders the config and maps and computes the commands without a process; this module
-runs the process and talks to it. docs/local-runtime.md, "The router (HAProxy)", has the
+counter + map split, the A/B match map) is in the pure core, which plans the routes
+(:mod:`~servectl.backends.local.router_model`), renders the config and maps
+(:mod:`~servectl.backends.local.haproxy_config`) and computes the commands
+(:mod:`~servectl.backends.local.haproxy_state`) without a process; this module runs the
+process and talks to it. docs/local-runtime.md, "The router (HAProxy)", has the
 design, the HAProxy 2.6 facts it rests on and measured figures.
 
 Runtime API versus reload. Weights (``prepare/add/commit map``, atomic), A/B values, servers
@@ -56,13 +58,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from servectl.backends.local import router_config as rc
-from servectl.backends.local.router_config import (
+from servectl import processes
+from servectl.backends.local import haproxy_config, haproxy_state, router_model
+from servectl.backends.local.router_model import (
     Endpoint,
     Match,
     RevisionRoute,
@@ -169,9 +171,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
             return False
     except OSError:
         pass
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    processes.write_atomic(path, text)
     return True
 
 
@@ -256,7 +256,7 @@ class Router:
         """``stats_port`` serves ``/metrics`` (Prometheus) and ``/stats``; ``on_command``
         sees every runtime API command (reads included) before it is sent."""
         directory = Path(directory).resolve()
-        self.settings = rc.Settings(
+        self.settings = haproxy_config.Settings(
             directory=directory,
             stats_port=stats_port,
             timeouts=timeouts or Timeouts(),
@@ -279,8 +279,8 @@ class Router:
                 )
         timeouts_ = self.settings.timeouts
         for seconds in (timeouts_.connect_s, timeouts_.client_s, timeouts_.server_s):
-            rc.ms(seconds)  # fail early on a bad timeout
-        rc.ms(timeouts_.check_interval_s)
+            haproxy_config.ms(seconds)  # fail early on a bad timeout
+        haproxy_config.ms(timeouts_.check_interval_s)
         self._admin = RuntimeAPI(self.settings.admin_socket, on_command=on_command)
         self._master = RuntimeAPI(self.settings.master_socket, on_command=on_command)
         self._process: subprocess.Popen[bytes] | None = None
@@ -314,12 +314,10 @@ class Router:
 
     def _is_ours(self, pid: int) -> bool:
         """Whether ``pid`` is a live (not zombie) HAProxy started with our config."""
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+        if not processes.alive(pid):
             return False
-        if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        args = processes.command_line(pid)
+        if args is None:
             return False
         config = str(self.config_path).encode()
         pairs = itertools.pairwise(args)
@@ -338,10 +336,10 @@ class Router:
         """The master's pid while HAProxy runs (started or adopted), else None."""
         if self._process is not None and self._process.poll() is not None:
             self._process = None  # reaped
-        try:
-            pid = int(self.settings.pid_path.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+        recorded = processes.read_pidfile(self.settings.pid_path)
+        if recorded is None:
             return None
+        pid = recorded[0]
         return pid if self._is_ours(pid) else None
 
     @property
@@ -355,11 +353,7 @@ class Router:
         return path
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            with self.log_path.open(encoding="utf-8", errors="replace") as log:
-                return "".join(deque(log, maxlen=lines))
-        except FileNotFoundError:
-            return "(no log)"
+        return processes.log_tail(self.log_path, lines)
 
     def start(self) -> None:
         """Start HAProxy from the last applied routes (``routes.json``), or with none.
@@ -385,7 +379,7 @@ class Router:
                 ) from exc
         plans = self._load_plans()
         self._verify(plans, binary)
-        rendered = rc.render(plans, self.settings)
+        rendered = haproxy_config.render(plans, self.settings)
         self._write(plans, rendered)
         command = [
             binary,
@@ -426,7 +420,7 @@ class Router:
 
     def _structure(self) -> str | None:
         try:
-            return rc.parse_var(self._admin.send("get var proc.servectl_structure"))
+            return haproxy_state.parse_var(self._admin.send("get var proc.servectl_structure"))
         except RouterError:
             return None
 
@@ -473,17 +467,17 @@ class Router:
                 )
             time.sleep(_POLL_S)
 
-    def _verify(self, plans: Sequence[rc.ServicePlan], binary: str | None = None) -> None:
+    def _verify(self, plans: Sequence[router_model.ServicePlan], binary: str | None = None) -> None:
         """``haproxy -c`` on the config ``plans`` render to, written in a scratch directory
         first, so that a config HAProxy refuses never replaces the live files (a restart
         would fail on it). Raises :class:`RouterError` with HAProxy's own message."""
         scratch = self.directory / ".check"
         shutil.rmtree(scratch, ignore_errors=True)
         settings = replace(self.settings, directory=scratch)
-        rendered = rc.render(plans, settings)
+        rendered = haproxy_config.render(plans, settings)
         settings.maps_dir.mkdir(parents=True)
         for path, entries in rendered.maps.items():
-            path.write_text(rc.map_text(entries), encoding="utf-8")
+            path.write_text(haproxy_config.map_text(entries), encoding="utf-8")
         settings.config_path.write_text(rendered.config, encoding="utf-8")
         done = subprocess.run(
             [binary or self._binary_path(), "-c", "-f", str(settings.config_path)],
@@ -550,13 +544,13 @@ class Router:
 
     # --- files
 
-    def _load_plans(self) -> list[rc.ServicePlan]:
+    def _load_plans(self) -> list[router_model.ServicePlan]:
         try:
             text = self.settings.routes_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
         try:
-            return rc.plans_from_json(json.loads(text))
+            return router_model.plans_from_json(json.loads(text))
         except (ValueError, KeyError, TypeError) as error:
             # Written atomically by apply, so this is a hand edit: start empty; the
             # controller's next apply brings the routes back.
@@ -564,14 +558,16 @@ class Router:
                 log.write(f"--- servectl: ignored {self.settings.routes_path}: {error}\n")
             return []
 
-    def _write(self, plans: Sequence[rc.ServicePlan], rendered: rc.Rendered) -> None:
+    def _write(
+        self, plans: Sequence[router_model.ServicePlan], rendered: haproxy_config.Rendered
+    ) -> None:
         """Write routes.json, the maps and the config where they changed (atomically)."""
         maps_dir = self.settings.maps_dir
         maps_dir.mkdir(parents=True, exist_ok=True)
-        routes = json.dumps(rc.plans_to_json(plans), indent=1) + "\n"
+        routes = json.dumps(router_model.plans_to_json(plans), indent=1) + "\n"
         _write_if_changed(self.settings.routes_path, routes)
         for path, entries in rendered.maps.items():
-            _write_if_changed(path, rc.map_text(entries))
+            _write_if_changed(path, haproxy_config.map_text(entries))
         for stale in maps_dir.glob("*.map"):
             if stale not in rendered.maps:
                 stale.unlink(missing_ok=True)
@@ -587,15 +583,15 @@ class Router:
                 f"HAProxy is not running for {self.directory}: call ensure_running() first"
             )
 
-    def _observe(self) -> rc.RuntimeState:
+    def _observe(self) -> haproxy_state.RuntimeState:
         structure = self._structure()
-        layout = rc.parse_layout(
-            rc.parse_var(self._admin.send("get var proc.servectl_layout")) or ""
+        layout = haproxy_config.parse_layout(
+            haproxy_state.parse_var(self._admin.send("get var proc.servectl_layout")) or ""
         )
-        servers = rc.parse_servers(
+        servers = haproxy_state.parse_servers(
             self._admin.send("show servers state"), self._admin.send("show stat")
         )
-        maps: dict[str, rc.MapEntries] = {}
+        maps: dict[str, haproxy_config.MapEntries] = {}
         for (namespace, service), entry in layout.items():
             names = self.settings.names(namespace, service)
             paths = [names.weights_map, names.slots_map]
@@ -604,19 +600,21 @@ class Router:
             for path in paths:
                 answer = self._admin.send(f"show map {path}")
                 if not answer.startswith("Unknown"):
-                    maps[str(path)] = rc.parse_map(answer)
-        return rc.RuntimeState(structure=structure, layout=layout, servers=servers, maps=maps)
+                    maps[str(path)] = haproxy_state.parse_map(answer)
+        return haproxy_state.RuntimeState(
+            structure=structure, layout=layout, servers=servers, maps=maps
+        )
 
     def _plan(
-        self, routes: Sequence[ServiceRoute], observed: rc.RuntimeState
-    ) -> list[rc.ServicePlan]:
+        self, routes: Sequence[ServiceRoute], observed: haproxy_state.RuntimeState
+    ) -> list[router_model.ServicePlan]:
         plans = []
         for route in routes:
             names = self.settings.names(route.namespace, route.service)
             entry = observed.layout.get(route.key)
             count = entry.slot_count if entry is not None else 0
             plans.append(
-                rc.plan_service(
+                router_model.plan_service(
                     route,
                     previous=observed.slots_of(names) if entry is not None else {},
                     slot_count=count,
@@ -626,7 +624,7 @@ class Router:
         return plans
 
     def apply(
-        self, routes: Sequence[ServiceRoute], *, observed: rc.RuntimeState | None = None
+        self, routes: Sequence[ServiceRoute], *, observed: haproxy_state.RuntimeState | None = None
     ) -> None:
         """Converge HAProxy to ``routes`` (every service it should serve); idempotent.
 
@@ -641,12 +639,12 @@ class Router:
         HAProxy restarted since (read again then); the next apply corrects a stale one.
         """
         routes = tuple(routes)
-        rc.validate(routes, stats_port=self.settings.stats_port)
+        router_model.validate(routes, stats_port=self.settings.stats_port)
         self._require_running()
         if observed is None:
             observed = self._observe()
         plans = self._plan(routes, observed)
-        rendered = rc.render(plans, self.settings)
+        rendered = haproxy_config.render(plans, self.settings)
         if observed.structure != rendered.structure:
             # Before any file changes: a refused config must not be what a restart loads.
             self._check_ports_free(routes, observed)
@@ -655,9 +653,11 @@ class Router:
         if observed.structure != rendered.structure:
             self._reload(rendered.structure)
             observed = self._observe()
-        self._send(rc.converge(rendered.runtime, observed))
+        self._send(haproxy_state.converge(rendered.runtime, observed))
 
-    def _check_ports_free(self, routes: Sequence[ServiceRoute], observed: rc.RuntimeState) -> None:
+    def _check_ports_free(
+        self, routes: Sequence[ServiceRoute], observed: haproxy_state.RuntimeState
+    ) -> None:
         """Refuse front ports that another process holds, before a reload would fail on them.
 
         Ports the running HAProxy binds already are skipped (it binds with SO_REUSEPORT and
@@ -671,18 +671,15 @@ class Router:
             for port, proto in ((route.rest_port, "REST"), (route.grpc_port, "gRPC")):
                 if port in held:
                     continue
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                    # As HAProxy binds: a port whose last connections linger in TIME_WAIT
-                    # (a service deleted and deployed again) is free to it.
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    try:
-                        probe.bind(("127.0.0.1", port))
-                    except OSError as error:
-                        raise RouteError(
-                            f"service {route.namespace}/{route.service}: {proto} front port "
-                            f"{port} is taken by another process ({error.strerror}); "
-                            "free it or choose another port"
-                        ) from error
+                # As HAProxy binds: a port whose last connections linger in TIME_WAIT
+                # (a service deleted and deployed again) is free to it.
+                error = processes.bind_error(port)
+                if error is not None:
+                    raise RouteError(
+                        f"service {route.namespace}/{route.service}: {proto} front port "
+                        f"{port} is taken by another process ({error.strerror}); "
+                        "free it or choose another port"
+                    ) from error
 
     def _reload(self, structure: str) -> None:
         old_worker = self._worker_pid()
@@ -693,7 +690,7 @@ class Router:
         self._wait_for(structure, "reload", old_worker=old_worker, failed_before=failed_before)
         self.reloads += 1
 
-    def _send(self, changes: Sequence[rc.Change]) -> None:
+    def _send(self, changes: Sequence[haproxy_state.Change]) -> None:
         sent: list[str] = []
         deferred: list[str] = []
         refused: list[str] = []
@@ -706,7 +703,7 @@ class Router:
             return answer
 
         for change in changes:
-            if isinstance(change, rc.Command):
+            if isinstance(change, haproxy_state.Command):
                 run(change.line, deferrable=change.deferrable)
                 continue
             answer = run(f"prepare map {change.path}")
@@ -715,7 +712,7 @@ class Router:
                 continue
             at = f"@{version.group(1)} {change.path}"
             if change.entries:
-                run(f"add map {at}", rc.map_text(change.entries))
+                run(f"add map {at}", haproxy_config.map_text(change.entries))
             run(f"commit map {at}")
         self.last_changes = tuple(sent)
         self.deferred = tuple(deferred)
@@ -731,11 +728,11 @@ class Router:
         leaving ones included: stop a replica's process once its count is 0."""
         self._require_running()
         counts: dict[tuple[str, str, str], int] = {}
-        servers = rc.parse_servers(
+        servers = haproxy_state.parse_servers(
             self._admin.send("show servers state"), self._admin.send("show stat")
         )
         for backend, by_name in servers.items():
-            slot = rc.parse_slot_backend(backend)
+            slot = haproxy_config.parse_slot_backend(backend)
             if slot is None:
                 continue
             for name, state in by_name.items():
@@ -743,14 +740,14 @@ class Router:
                 counts[key] = counts.get(key, 0) + state.outstanding
         return counts
 
-    def observe(self) -> rc.RuntimeState:
+    def observe(self) -> haproxy_state.RuntimeState:
         """HAProxy's runtime state now (layout, servers, maps): for :meth:`actual` and
         :meth:`apply`, read once a tick."""
         self._require_running()
         return self._observe()
 
     def actual(
-        self, observed: rc.RuntimeState | None = None
+        self, observed: haproxy_state.RuntimeState | None = None
     ) -> dict[tuple[str, str], ServiceRoute]:
         """What HAProxy routes now, read back from its runtime API (or from ``observed``,
         a reading of :meth:`observe`).
@@ -761,7 +758,7 @@ class Router:
         """
         if observed is None:
             observed = self.observe()
-        return rc.actual_routes(observed, self.settings)
+        return haproxy_state.actual_routes(observed, self.settings)
 
     def describe(self) -> str:
         """One line for ``servectl doctor`` and ``status``."""

@@ -46,9 +46,9 @@ from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.backend import LocalBackend, TickView, drained
 from servectl.backends.local.fleet import LocalFleet
+from servectl.backends.local.haproxy_state import RuntimeState
 from servectl.backends.local.paths import Paths
 from servectl.backends.local.record import ServiceRecord
-from servectl.backends.local.router_config import RuntimeState
 from servectl.backends.local.store import Store
 from servectl.controller import explain
 from servectl.controller.driver import Driver
