@@ -3,7 +3,7 @@
 The manager knows models by name, their loaded versions (chosen by a version policy)
 and version labels; it loads new versions as they appear and moves to a new model list
 on a config reload. Requests reach it through the transport-free inference API
-(``inference.py``, which the gRPC transport adapts) or the REST front end (``rest.py``);
+(``inference.py``, which the gRPC transport adapts) or the REST API (``rest_api.py``);
 it runs them on numpy arrays, with the calls of
 :class:`~servectl.modelserver.servables.Servables`.
 

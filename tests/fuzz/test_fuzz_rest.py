@@ -37,7 +37,9 @@ from hypothesis import strategies as st
 from servectl.modelserver.demo import HALF_PLUS_TWO, export_demo, model_config_text
 from servectl.modelserver.models import ModelManager, parse_model_config_text
 from servectl.modelserver.monitoring import ServingMetrics
-from servectl.modelserver.rest import MAX_JSON_DEPTH, RestApi, RestServer
+from servectl.modelserver.rest import RestServer
+from servectl.modelserver.rest_api import RestApi
+from servectl.modelserver.rest_codec import MAX_JSON_DEPTH
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TENSOR_KEYS = ("predictions", "outputs", "results")

@@ -13,7 +13,6 @@ Besides ``serving_default`` each version has:
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from servectl import processes  # noqa: E402
 from servectl.modelserver.models import ModelManager, parse_model_config_text  # noqa: E402
 from servectl.modelserver.rest import RestServer  # noqa: E402
 
@@ -151,9 +151,7 @@ def rest_server(manager: ModelManager) -> Iterator[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return processes.free_port()
 
 
 def start_model_server(flags: list[str], ready: str) -> tuple[subprocess.Popen[str], list[str]]:

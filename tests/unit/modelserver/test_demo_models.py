@@ -315,7 +315,7 @@ def test_demo_half_plus_two_answers_tf_servings_documented_rest_examples(exporte
     import json
 
     from servectl.modelserver.models import ModelConfig, ModelManager, VersionPolicy
-    from servectl.modelserver.rest import RestApi
+    from servectl.modelserver.rest_api import RestApi
 
     base, _ = exported
     manager = ModelManager()
@@ -352,7 +352,7 @@ def test_the_documented_curl_examples_answer_as_written(exported: Any) -> None:
     import re
 
     from servectl.modelserver.models import ModelManager, parse_model_config_text
-    from servectl.modelserver.rest import RestApi
+    from servectl.modelserver.rest_api import RestApi
 
     base, _ = exported
     doc = (Path(__file__).resolve().parents[3] / "docs" / "modelserver.md").read_text()

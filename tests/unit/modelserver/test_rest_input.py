@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from servectl.modelserver.models import ModelManager
-from servectl.modelserver.rest import MAX_JSON_DEPTH, RestApi
+from servectl.modelserver.rest_api import RestApi
+from servectl.modelserver.rest_codec import MAX_JSON_DEPTH
 
 from .conftest import MODEL
 
