@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
+from servectl import processes
 from servectl.backends.local.router_model import Endpoint
 
 GRPC_SERVICE = "servectl.testing.Replica"
@@ -171,9 +172,7 @@ class FakeReplica:
             self._start_grpc()
         elif self._grpc_port == 0:
             # A port nobody answers on, so that the replica is still a valid endpoint.
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self._grpc_port = probe.getsockname()[1]
+            self._grpc_port = processes.free_port()
         return self
 
     def _start_grpc(self) -> None:

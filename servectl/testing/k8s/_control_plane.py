@@ -1,65 +1,24 @@
-"""A real Kubernetes control plane on loopback, for tests: etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, and kwok playing the kubelets of fake nodes.
-
-The binaries: etcd from Debian (``apt-get install etcd-server``); the others built once by
-``bash scripts/k8s-testbin`` into a cache directory (`find_binaries` finds it). Every port
-is picked at run time, every process runs in its own session with its output in
-``root/<name>.log``, and `ControlPlane.stop` (also run at interpreter exit) ends them all.
-
-What kwok does with the pods on its nodes (the Stage documents are `KWOK_STAGES`, written
-to ``root/kwok.yaml``):
-
-- a pod scheduled onto a fake node is ``Running`` at once, with a pod IP from its node's
-  ``spec.podCIDR`` (10.244.<i>.0/24), its containers started but not ready;
-- it turns ``Ready`` `READY_DELAY_ANNOTATION` after that (a Go duration, ``"3s"`` or
-  ``"500ms"``; 0.5 s when absent; a value that does not parse means at once). kwok stamps
-  that moment into the pod's `READY_AT_ANNOTATION` when it starts the pod, so later changes
-  to the pod (labels, annotations) do not push readiness back;
-- with `FAIL_ANNOTATION` ``"true"`` it stays ``Running`` and never turns ``Ready`` (a
-  replica failing its readiness probe); setting it on a ``Ready`` pod makes the pod unready,
-  removing it makes the pod ``Ready`` again (at once if its moment has passed);
-- a pod with a deletion timestamp and no finalizers is deleted at once (the grace period is
-  not waited for);
-- nothing else: containers never exit (a Job's pods never complete), nothing restarts.
-
-Nodes (``kwok-node-0``, ...) are ``Ready``, with 32 CPUs, 256Gi of memory, 110 pods and 8
-``nvidia.com/gpu`` each, labelled ``type: kwok``, untainted; kwok renews their leases.
-
-Example::
-
-    plane = ControlPlane.start(tmp, bin_dir=find_binaries(), crds=[Path("deploy/crds/x.yaml")])
-    try:
-        apps = kubernetes.client.AppsV1Api(plane.api_client())
-        ...
-    finally:
-        plane.stop()
-
-Measured on the 2-core development machine (`ControlPlane.timings`): etcd ready in
-0.1-0.8 s, kube-apiserver 2.1-2.5 s after it, then the controller manager, the scheduler and
-kwok (started together) 0.3-0.6 s later: ~3.5 s in all; servectl's and the Gateway API's
-CRDs take 3-4.5 s more. `stop` takes ~1 s. A pod is Running ~0.1-0.7 s after it is created.
+"""The test control plane's processes: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok, each in its own session with its log in ``root/<name>.log``, on
+ports picked at run time; the binaries they run; and :class:`ControlPlane`, which starts,
+waits for, talks to and stops them. :mod:`servectl.testing.k8s` is the public face.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
-import datetime
 import http.client
-import ipaddress
 import json
 import os
 import random
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import threading
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,30 +26,20 @@ from typing import Any, TypeVar
 
 import kubernetes
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+
+from servectl import processes
+from servectl.testing.k8s import _kwok, _pki
 
 K8S_VERSION = "v1.34.4"
 KWOK_VERSION = "v0.8.0"
 DEFAULT_NODES = 2
-READY_DELAY_ANNOTATION = "kwok.servectl.io/ready-after"
-FAIL_ANNOTATION = "kwok.servectl.io/fail"
-READY_AT_ANNOTATION = "kwok.servectl.io/ready-at"
-"""Stamped by kwok when the pod starts: the moment it turns Ready (RFC 3339)."""
-DEFAULT_READY_DELAY = "500ms"
-CONTEXT = "servectl-test"
 BUILD_HINT = "build them with: bash scripts/k8s-testbin (needs Go; ~6 min the first time)"
 ETCD_HINT = "install etcd with the Debian package: apt-get install etcd-server"
-NODE_ANNOTATION = "kwok.x-k8s.io/node"
-NODE_LABELS = {"type": "kwok"}
-NODE_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 _BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 _GATEWAY_DIR = "gateway-api"
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 _POLL_S = 0.05
 _HTTP_TIMEOUT_S = 2.0
 _STOP_GRACE_S = 10.0
@@ -193,431 +142,6 @@ def gateway_api_crds(bin_dir: Path) -> list[Path]:
     return files
 
 
-# --- kwok stages --------------------------------------------------------------------------
-
-_NODE_STATUS = """\
-{{ $now := Now }}
-{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
-conditions:
-{{ range NodeConditions }}
-- lastHeartbeatTime: {{ $now | Quote }}
-  lastTransitionTime: {{ $lastTransitionTime | Quote }}
-  message: {{ .message | Quote }}
-  reason: {{ .reason | Quote }}
-  status: {{ .status | Quote }}
-  type: {{ .type | Quote }}
-{{ end }}
-"""
-
-_NODE_INFO = """\
-{{ $kwokVersion := printf "kwok-%s" Version }}
-nodeInfo:
-  architecture: amd64
-  bootID: ""
-  containerRuntimeVersion: {{ $kwokVersion | Quote }}
-  kernelVersion: {{ $kwokVersion | Quote }}
-  kubeProxyVersion: {{ $kwokVersion | Quote }}
-  kubeletVersion: {{ $kwokVersion | Quote }}
-  machineID: ""
-  operatingSystem: linux
-  osImage: ""
-  systemUUID: ""
-phase: Running
-"""
-
-_POD_RUNNING = """\
-{{ $now := Now }}
-{{ $annotations := or .metadata.annotations dict }}
-{{ $fail := eq (toString (index $annotations "kwok.servectl.io/fail")) "true" }}
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: PodReadyToStartContainers
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  type: Ready
-  reason: ContainersNotReady
-  message: {{ if $fail }}"readiness probe failed (kwok.servectl.io/fail)"{{ else }}"not ready yet (kwok.servectl.io/ready-after)"{{ end }}
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  type: ContainersReady
-  reason: ContainersNotReady
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  imageID: {{ printf "kwok://%s" .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: true
-  state:
-    running:
-      startedAt: {{ $now | Quote }}
-{{ end }}
-{{ with .spec.initContainers }}
-initContainerStatuses:
-{{ range . }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: true
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 0
-      finishedAt: {{ $now | Quote }}
-      reason: Completed
-      startedAt: {{ $now | Quote }}
-{{ end }}
-{{ end }}
-{{ $hostIPs := NodeIPsWith .spec.nodeName }}
-{{ with $hostIPs }}
-hostIP: {{ index . 0 | Quote }}
-hostIPs:
-{{ range . }}
-- ip: {{ . | Quote }}
-{{ end }}
-{{ end }}
-{{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-{{ with $podIPs }}
-podIP: {{ index . 0 | Quote }}
-podIPs:
-{{ range . }}
-- ip: {{ . | Quote }}
-{{ end }}
-{{ end }}
-phase: Running
-startTime: {{ $now | Quote }}
-"""  # noqa: E501
-
-# Go's time.RFC3339Nano, which kwok's durationFrom parses (then subtracts now).
-_READY_AT = """\
-{{ $annotations := or .metadata.annotations dict }}
-{{ $after := or (index $annotations "kwok.servectl.io/ready-after") "500ms" }}
-annotations:
-  kwok.servectl.io/ready-at: {{ dateModify $after now | date "2006-01-02T15:04:05.999999999Z07:00" | Quote }}
-"""  # noqa: E501
-
-
-def _pod_readiness(ready: bool, message: str) -> str:
-    status = '"True"' if ready else '"False"'
-    reason = "" if ready else "\n  reason: ContainersNotReady"
-    msg = f"\n  message: {json.dumps(message)}" if message else ""
-    flag = "true" if ready else "false"
-    return f"""\
-{{{{ $now := Now }}}}
-{{{{ $started := or .status.startTime $now }}}}
-conditions:
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: {status}
-  type: Ready{reason}{msg}
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: {status}
-  type: ContainersReady{reason}
-containerStatuses:
-{{{{ range .spec.containers }}}}
-- image: {{{{ .image | Quote }}}}
-  imageID: {{{{ printf "kwok://%s" .image | Quote }}}}
-  name: {{{{ .name | Quote }}}}
-  ready: {flag}
-  restartCount: 0
-  started: true
-  state:
-    running:
-      startedAt: {{{{ $started | Quote }}}}
-{{{{ end }}}}
-"""
-
-
-def _jq(key: str, operator: str, *values: str) -> dict[str, Any]:
-    expression: dict[str, Any] = {"key": key, "operator": operator}
-    if values:
-        expression["values"] = list(values)
-    return {"jq": expression}
-
-
-def _annotation(name: str) -> str:
-    return f'.metadata.annotations["{name}"]'
-
-
-_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
-
-
-def _stage(
-    name: str,
-    kind: str,
-    match: list[dict[str, Any]],
-    steps: list[dict[str, Any]],
-    delay: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "resourceRef": {"apiGroup": "v1", "kind": kind},
-        "selector": {"matchExpressions": match},
-        "steps": steps,
-    }
-    if delay is not None:
-        spec["delay"] = delay
-    return {
-        "apiVersion": "kwok.x-k8s.io/v1alpha1",
-        "kind": "Stage",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def _status_patch(template: str) -> dict[str, Any]:
-    return {"patch": {"subresource": "status", "root": "status", "template": template}}
-
-
-_ALIVE = _jq(".metadata.deletionTimestamp", "DoesNotExist")
-_RUNNING = _jq(".status.phase", "In", "Running")
-
-KWOK_STAGES: list[dict[str, Any]] = [
-    # Nodes: Ready at once, then a status heartbeat every ~10 min (kwok renews the leases,
-    # which is what the node lifecycle controller watches).
-    _stage(
-        "node-initialize",
-        "Node",
-        [_jq(_READY, "NotIn", "True")],
-        [_status_patch(_NODE_STATUS + _NODE_INFO)],
-    ),
-    _stage(
-        "node-heartbeat-with-lease",
-        "Node",
-        [_jq(".status.phase", "In", "Running"), _jq(_READY, "In", "True")],
-        [_status_patch(_NODE_STATUS)],
-        delay={"durationMilliseconds": 600_000, "jitterDurationMilliseconds": 610_000},
-    ),
-    # Pods: Running as soon as kwok sees them on its node, with the ready-at stamp.
-    _stage(
-        "pod-running",
-        "Pod",
-        [_ALIVE, _jq(".status.podIP", "DoesNotExist")],
-        [
-            _status_patch(_POD_RUNNING),
-            {"patch": {"root": "metadata", "type": "merge", "template": _READY_AT}},
-        ],
-    ),
-    # Ready at the stamped moment, unless told to fail.
-    _stage(
-        "pod-ready",
-        "Pod",
-        [
-            _ALIVE,
-            _RUNNING,
-            _jq(_READY, "NotIn", "True"),
-            _jq(_annotation(READY_AT_ANNOTATION), "Exists"),
-            _jq(_annotation(FAIL_ANNOTATION), "NotIn", "true"),
-        ],
-        [_status_patch(_pod_readiness(True, ""))],
-        delay={
-            "durationMilliseconds": 0,
-            "durationFrom": {"jq": {"expression": _annotation(READY_AT_ANNOTATION)}},
-        },
-    ),
-    # A Ready pod told to fail turns unready.
-    _stage(
-        "pod-fail",
-        "Pod",
-        [
-            _ALIVE,
-            _RUNNING,
-            _jq(_READY, "In", "True"),
-            _jq(_annotation(FAIL_ANNOTATION), "In", "true"),
-        ],
-        [_status_patch(_pod_readiness(False, "readiness probe failed (kwok.servectl.io/fail)"))],
-    ),
-    # Deleted pods go at once (once any finalizer is gone).
-    _stage(
-        "pod-delete",
-        "Pod",
-        [
-            _jq(".metadata.deletionTimestamp", "Exists"),
-            _jq(".metadata.finalizers", "DoesNotExist"),
-        ],
-        [{"delete": True}],
-    ),
-]
-
-
-class _LiteralDumper(yaml.SafeDumper):
-    """Multi-line strings (the templates) as ``|`` blocks, so ``root/kwok.yaml`` reads well."""
-
-
-def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_LiteralDumper.add_representer(str, _str_representer)
-
-
-def kwok_config() -> str:
-    """The ``--config`` file kwok runs with: the `KWOK_STAGES` documents."""
-    return yaml.dump_all(KWOK_STAGES, Dumper=_LiteralDumper, sort_keys=False)
-
-
-# --- certificates -------------------------------------------------------------------------
-
-
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization is not None:
-        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attributes)
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-@dataclass(frozen=True)
-class _Pki:
-    ca_cert: Path
-    ca_key: Path
-    serving_cert: Path
-    serving_key: Path
-    admin_cert: Path
-    admin_key: Path
-    sa_key: Path
-    sa_pub: Path
-
-
-def _write_pki(directory: Path) -> _Pki:
-    """A CA, the apiserver's serving cert, an admin client cert (system:masters) and the
-    service-account RSA key pair, all PEM files in ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=30)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("servectl-test-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(
-        subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]
-    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(ca_key, hashes.SHA256()), key
-
-    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
-    dns.append("kubernetes.default.svc.cluster.local")
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1")]
-    serving, serving_key = leaf(
-        _name("kube-apiserver"), x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, sans
-    )
-    admin, admin_key = leaf(
-        _name("servectl-test-admin", "system:masters"),
-        x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH,
-        [],
-    )
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pki = _Pki(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_key=directory / "sa.key",
-        sa_pub=directory / "sa.pub",
-    )
-    pki.ca_cert.write_bytes(_pem_cert(ca))
-    pki.serving_cert.write_bytes(_pem_cert(serving))
-    pki.admin_cert.write_bytes(_pem_cert(admin))
-    for path, key in (
-        (pki.ca_key, ca_key),
-        (pki.serving_key, serving_key),
-        (pki.admin_key, admin_key),
-        (pki.sa_key, sa_key),
-    ):
-        path.write_bytes(_pem_key(key))
-        path.chmod(0o600)
-    pki.sa_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return pki
-
-
-def _write_kubeconfig(path: Path, server: str, pki: _Pki) -> None:
-    def b64(file: Path) -> str:
-        return base64.b64encode(file.read_bytes()).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": CONTEXT,
-                "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_cert)},
-            }
-        ],
-        "users": [
-            {
-                "name": CONTEXT,
-                "user": {
-                    "client-certificate-data": b64(pki.admin_cert),
-                    "client-key-data": b64(pki.admin_key),
-                },
-            }
-        ],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
-        "current-context": CONTEXT,
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-
-
 # --- processes ----------------------------------------------------------------------------
 
 
@@ -640,26 +164,11 @@ def _free_port() -> int:
     span = (10_000, low - 1) if low > 11_000 else (high + 1, 65_535)
     for _ in range(200):
         port = random.randint(*span)
-        if port in _PICKED_PORTS:
+        if port in _PICKED_PORTS or not processes.port_free(port):
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
         _PICKED_PORTS.add(port)
         return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with path.open(errors="replace") as log:
-            return "".join(deque(log, maxlen=lines)).rstrip()
-    except OSError as error:
-        return f"(no log: {error})"
+    return processes.free_port()
 
 
 @dataclass
@@ -689,7 +198,8 @@ class _Component:
 
     def error(self, what: str) -> ControlPlaneError:
         return ControlPlaneError(
-            f"{self.name} {what}; last lines of {self.log}:\n{_tail(self.log)}"
+            f"{self.name} {what}; last lines of {self.log}:\n"
+            f"{processes.log_tail(self.log, _LOG_TAIL_LINES).rstrip()}"
         )
 
     def signal_group(self, signum: int) -> None:
@@ -755,7 +265,7 @@ class ControlPlane:
     kubeconfig: Path
     server: str
     timings: dict[str, float]
-    _pki: _Pki = field(repr=False)
+    _pki: _pki.Pki = field(repr=False)
     _ssl: ssl.SSLContext = field(repr=False)
     _components: dict[str, _Component] = field(default_factory=dict, repr=False)
     _nodes: int = field(default=DEFAULT_NODES, repr=False)
@@ -808,11 +318,11 @@ class ControlPlane:
         missing = [name for name in _BINARIES if not os.access(bin_dir / name, os.X_OK)]
         if missing:
             raise ControlPlaneError(f"{', '.join(missing)} missing in {bin_dir}; {BUILD_HINT}")
-        pki = _write_pki(root / "pki")
+        pki = _pki.write_pki(root / "pki")
         port = {name: _free_port() for name in ("etcd", "peer", "api", "kcm", "sched", "kwok")}
         server = f"https://127.0.0.1:{port['api']}"
         kubeconfig = root / "kubeconfig"
-        _write_kubeconfig(kubeconfig, server, pki)
+        _pki.write_kubeconfig(kubeconfig, server, pki)
         context = ssl.create_default_context(cafile=str(pki.ca_cert))
         context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
         plane = cls(root, kubeconfig, server, {}, pki, context, _nodes=nodes)
@@ -882,7 +392,7 @@ class ControlPlane:
     def api_client(self) -> kubernetes.client.ApiClient:
         """A fresh client from `kubeconfig` (context ``servectl-test``)."""
         client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.kubeconfig), context=CONTEXT
+            config_file=str(self.kubeconfig), context=_pki.CONTEXT
         )
         return client
 
@@ -961,7 +471,7 @@ class ControlPlane:
             f"--tls-private-key-file={pki.serving_key}",
         ]
         stages = root / "kwok.yaml"
-        stages.write_text(kwok_config())
+        stages.write_text(_kwok.kwok_config())
         specs: list[tuple[str, list[str], Callable[[], bool], dict[str, str]]] = [
             (
                 "etcd",
@@ -1060,7 +570,7 @@ class ControlPlane:
                     str(bin_dir / "kwok"),
                     f"--kubeconfig={kubeconfig}",
                     f"--config={stages}",
-                    f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake",
+                    f"--manage-nodes-with-annotation-selector={_kwok.NODE_ANNOTATION}=fake",
                     f"--server-address=127.0.0.1:{port['kwok']}",
                     "--cidr=10.244.0.0/16",
                     "--node-ip=10.200.0.1",
@@ -1112,9 +622,12 @@ class ControlPlane:
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "annotations": {
+                        _kwok.NODE_ANNOTATION: "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                    },
                     "labels": {
-                        **NODE_LABELS,
+                        **_kwok.NODE_LABELS,
                         "kubernetes.io/hostname": name,
                         "kubernetes.io/os": "linux",
                         "kubernetes.io/arch": "amd64",
@@ -1123,8 +636,8 @@ class ControlPlane:
                 },
                 "spec": {"podCIDR": f"10.244.{i}.0/24", "podCIDRs": [f"10.244.{i}.0/24"]},
                 "status": {
-                    "allocatable": NODE_RESOURCES,
-                    "capacity": NODE_RESOURCES,
+                    "allocatable": _kwok.NODE_RESOURCES,
+                    "capacity": _kwok.NODE_RESOURCES,
                     "addresses": [
                         {"type": "InternalIP", "address": f"10.200.0.{i + 1}"},
                         {"type": "Hostname", "address": name},
