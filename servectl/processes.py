@@ -1,5 +1,6 @@
-"""What servectl's child-process code shares: free loopback ports, atomic file writes, log
-tails, and the ``/proc`` checks that adopt a running process by its pid.
+"""What servectl's child-process code shares: free loopback ports, starting a process with
+its output in a log, atomic file writes, log tails, and the ``/proc`` checks that adopt a
+running process by its pid.
 
 The local runtime (supervisor, router, Prometheus), the test control plane
 (:mod:`servectl.testing.k8s`) and the fake replicas all start processes that listen on
@@ -15,7 +16,9 @@ import errno
 import fcntl
 import os
 import socket
+import subprocess
 from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -51,6 +54,41 @@ def bind_error(port: int, host: str = LOOPBACK) -> OSError | None:
 def port_free(port: int, host: str = LOOPBACK) -> bool:
     """Whether ``port`` can be bound on ``host`` now (:func:`bind_error`)."""
     return bind_error(port, host) is None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def start_logged(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    header: str = "",
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    new_session: bool = True,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``argv`` with no stdin and its stdout and stderr appended to ``log``, after
+    ``header`` (a line saying what starts). In its own session unless ``new_session`` is
+    False: a signal to the caller's process group (Ctrl-C, a kill of the group) does not
+    reach it, and it outlives the caller. Returns the process and the log's offset after the
+    header, where the process's own output begins. Raises OSError when ``argv`` cannot be
+    executed (the header is in the log then)."""
+    with log.open("ab") as out:
+        if header:
+            out.write(header.encode())
+            out.flush()
+        offset = out.tell()
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=new_session,
+        )
+    return process, offset
 
 
 # --------------------------------------------------------------------------- files

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import yaml
 
@@ -183,7 +183,6 @@ class PrometheusServer:
         self.detach = detach
         self._process: subprocess.Popen[bytes] | None = None
         self._adopted_pid: int | None = None
-        self._log_file: IO[bytes] | None = None
         _duration(scrape_interval_s)  # fail early on a bad interval
         self._targets_dir.mkdir(parents=True, exist_ok=True)
         self.set_targets(targets or ())
@@ -349,16 +348,12 @@ class PrometheusServer:
             f"--web.listen-address=127.0.0.1:{self._port}",
             "--web.enable-lifecycle",
         ]
-        self._log_file = self.log_path.open("ab")
-        self._log_file.write(f"--- servectl: {' '.join(command)}\n".encode())
-        self._log_file.flush()
-        self._process = subprocess.Popen(
+        self._process, _ = processes.start_logged(
             command,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
+            self.log_path,
+            header=f"--- servectl: {' '.join(command)}\n",
             cwd=self.data_dir,
-            start_new_session=self.detach,
+            new_session=self.detach,
         )
         if self.detach:
             processes.write_atomic(self.pid_path, f"{self._process.pid} {self._port}\n")
@@ -415,9 +410,6 @@ class PrometheusServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
 
     def restart(self) -> None:
         """Stop and start again on the same port and data directory (the data survives)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from servectl import processes
 from servectl.backends.local.router import (
     INSTALL_HINT,
     Match,
@@ -56,10 +57,7 @@ def haproxy_binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return processes.free_port()
 
 
 @pytest.fixture

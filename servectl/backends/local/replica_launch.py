@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servectl import processes
+
 TF_SERVING_BINARY = "tensorflow_model_server"
 """The real TF Serving, preferred when on PATH."""
 METRICS_PATH = "/monitoring/prometheus/metrics"
@@ -279,33 +281,22 @@ def start_server(
     :class:`ServerStartError` when the command cannot be executed."""
     argv = server_argv(command, spec, files, rest_port, grpc_port)
     files.log.parent.mkdir(parents=True, exist_ok=True)
-    with files.log.open("ab") as out:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
-        marker = (
-            f"==== servectl supervisor {stamp}: starting {spec.pod} ({spec.revision}, "
-            f"{spec.model_name} v{spec.version}), restart {restarts}, "
-            f"REST {rest_port}, gRPC {grpc_port}: {' '.join(argv)}\n"
-        )
-        out.write(marker.encode())
-        out.flush()
-        offset = out.tell()
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=files.directory,
-                start_new_session=True,
-            )
-        except OSError as exc:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
+    marker = (
+        f"==== servectl supervisor {stamp}: starting {spec.pod} ({spec.revision}, "
+        f"{spec.model_name} v{spec.version}), restart {restarts}, "
+        f"REST {rest_port}, gRPC {grpc_port}: {' '.join(argv)}\n"
+    )
+    try:
+        return processes.start_logged(argv, files.log, header=marker, cwd=files.directory)
+    except OSError as exc:
+        with files.log.open("ab") as out:
             out.write(f"==== cannot start: {exc}\n".encode())
-            raise ServerStartError(
-                f"cannot run the model server {command[0]!r}: {exc.strerror or exc}; "
-                "install tensorflow_model_server or servectl's serving extra "
-                "(pip install 'servectl[serving]'), or pass command="
-            ) from exc
-    return process, offset
+        raise ServerStartError(
+            f"cannot run the model server {command[0]!r}: {exc.strerror or exc}; "
+            "install tensorflow_model_server or servectl's serving extra "
+            "(pip install 'servectl[serving]'), or pass command="
+        ) from exc
 
 
 # --------------------------------------------------------------------------- readiness

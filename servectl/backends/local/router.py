@@ -392,19 +392,14 @@ class Router:
             str(self.settings.pid_path),
         ]
         self.settings.pid_path.unlink(missing_ok=True)
-        with self.log_path.open("ab") as log:
-            log.write(f"--- servectl: {' '.join(command)}\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                # Its own session: a signal to the controller's process group (Ctrl-C, a
-                # kill of the group) does not reach it, and it outlives the controller.
-                start_new_session=True,
-            )
+        # Its own session: a signal to the controller's process group (Ctrl-C, a kill of
+        # the group) does not reach it, and it outlives the controller.
+        self._process, _ = processes.start_logged(
+            command,
+            self.log_path,
+            header=f"--- servectl: {' '.join(command)}\n",
+            cwd=self.directory,
+        )
         try:
             self._wait_for(rendered.structure, "start", old_worker=None, failed_before=None)
         except BaseException:

@@ -183,15 +183,7 @@ class _Component:
     def start(self) -> None:
         env = {**os.environ, **self.env}
         env.pop("KUBECONFIG", None)
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        self.process, _ = processes.start_logged(self.argv, self.log, env=env)
 
     def exited(self) -> int | None:
         return None if self.process is None else self.process.poll()
