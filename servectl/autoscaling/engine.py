@@ -1,29 +1,34 @@
 """servectl's default policy: signal proposals -> max -> panic -> custom policy -> rails.
 
 One ``decide`` call per tick, a pure function of the snapshot and the persisted state
-(docs/autoscaling.md has the formulas and a worked example):
+(docs/autoscaling.md has the formulas and a worked example). The state is an
+``engine_state.EngineState``, an immutable value: ``decide`` reads the Policy protocol's
+JSON form of it on entry and writes it on exit, ``step`` does the work on the value, one
+named step after the other (in brackets below):
 
-1. Learn the load: request-rate history (trend), mean service time (CPU seconds per
-   request, EWMA, unsaturated ticks only), the latency target's wait budget (Erlang C
-   shape, scale learnt by feedback, never from transients), and while overloaded the
-   arrival rate from the queue's growth.
+1. Learn the load (``engine_learning.Learner.learn``): request-rate history (trend), mean
+   service time (CPU seconds per request, EWMA, unsaturated ticks only), the latency
+   target's wait budget (Erlang C shape, scale learnt by feedback, never from
+   transients), and while overloaded the arrival rate from the queue's growth.
 2. One proposal per configured signal (``signals``), plus ``backlog`` while overloaded
-   (load + draining the queue new capacity will find); the largest wins and is recorded.
+   (load + draining the queue new capacity will find); the largest wins and is recorded
+   (``_propose``, then ``_choose`` for steps 3 to 5).
 3. Tolerance: a set point (a cpu, gpu, rps or concurrency target) holds within
    ``tolerance``; the latency signal sizes to an edge: up once the ask is
    ``up_tolerance`` above the running count, down only to a count that leaves
    ``tolerance`` headroom over the ask (a one-sided band each way).
 4. Missing metrics never shrink anything (DESIGN §4 rule 8).
 5. Panic: overloaded, a 2x burst or nothing ready -> straight to the proposal (no up rate
-   limit) and no scale-down for ``panic_hold_s``, extended while requests stay queued.
-6. Burst memory: repeated panics (for a load that did not hold for three cold starts:
-   a step is no burst), surges (the rate up 1.5x within a cold start) or re-grows mean
-   bursts shorter than a cold start: the trend projection is off (a burst's rise is
-   over before capacity lands) and ``burst`` proposes standing capacity for the peak
-   rate of the last 10 minutes. The ``forecast`` proposal (predictive
-   pre-scaling) and ``burst`` only ever add to the reactive ask.
+   limit, ``_bypass_rate_limit``) and no scale-down for ``panic_hold_s``, extended while
+   requests stay queued (``_hold_panic``).
+6. Burst memory (``_recall``, ``_watch_surges``, ``_with_peak``): repeated panics (for
+   a load that did not hold for three cold starts: a step is no burst), surges (the rate
+   up 1.5x within a cold start) or re-grows mean bursts shorter than a cold start: the
+   trend projection is off (a burst's rise is over before capacity lands) and ``burst``
+   proposes standing capacity for the peak rate of the last 10 minutes. The ``forecast``
+   proposal (predictive pre-scaling) and ``burst`` only ever add to the reactive ask.
 7. A custom CEL policy, if any, sees ``recommended``; its errors fall back to the
-   recommendation with reason POLICY_ERROR.
+   recommendation with reason POLICY_ERROR (``_run_custom``).
 8. The rails (``behavior``): stabilization windows, rate limits, min/max. A temporary
    drain overshoot or panic hold is kept out of the scale-down memory.
 9. ``mode: recommend`` records the decision and keeps the current count.
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,40 +46,20 @@ from servectl.autoscaling import (
     behavior,
     cel_policy,
     config,
+    engine_learning,
+    engine_state,
     forecast,
-    queueing,
     signals,
-    windows,
 )
 from servectl.autoscaling.decision import Decision, Reason
+from servectl.autoscaling.engine_state import EngineState, Pair
 from servectl.autoscaling.policy import State
 from servectl.autoscaling.snapshot import Snapshot
 
 #: Signals older than this are stale: treated as missing.
 STALE_AFTER_S = 60.0
-#: Half-life of the learnt mean service time.
-SERVICE_HALF_LIFE_S = 30.0
-#: The latency signal aims its percentile at this share of the target (noise margin).
-LATENCY_AIM = 0.8
-#: Wait-budget feedback: over aim, the budget shrinks by aim/observed every this many
-#: seconds; comfortably under (below 0.9 x aim), it grows by the room left under that
-#: line every BUDGET_LEARN_S (at least BUDGET_INCREASE_PER_S of the target per second),
-#: but only while the model's wait at the running count is at least BUDGET_EVIDENCE of
-#: the budget: a low latency at a low modelled wait says nothing about a larger budget.
-BUDGET_DECREASE_S = 20.0
-BUDGET_INCREASE_PER_S = 0.002
-BUDGET_LEARN_S = 30.0
-BUDGET_EVIDENCE = 0.3
-#: The budget stays within [0.05, BUDGET_MAX] x the target.
-BUDGET_MAX = 3.5
-#: Seconds of steady service before observed latency teaches anything again.
-SETTLE_S = 45.0
 #: While overloaded, size to drain the queue expected when new capacity lands within this.
 DRAIN_S = 2.0
-#: More queued requests than this per ready thread means overloaded, while the load is
-#: above NEAR_CAPACITY of the ready cores.
-QUEUED_PER_THREAD = 4.0
-NEAR_CAPACITY = 0.5
 #: Burst memory: this many panics, surges or re-grows (each kind counted alone) within
 #: BURST_MEMORY_S mean bursts recur faster than capacity can follow.
 BURST_PANICS = 2
@@ -98,13 +83,6 @@ ROLLOUT_UTILIZATION = 0.75
 #: Proposals that are set points (a target with room on both sides); the rest size to an
 #: edge (``_tolerate``).
 SET_POINTS = frozenset({"cpu", "gpu", "rps", "concurrency", "rollout"})
-#: Windows for the load trend: both must rise for a trend to count (noise rejection).
-TREND_SHORT_S = 30.0
-TREND_LONG_S = 60.0
-#: CPU usage above this share of the ready capacity means saturated replicas.
-SATURATED = 0.9
-#: Fewest requests in the latency window for an observed percentile to teach anything.
-MIN_LATENCY_SAMPLES = 200.0
 #: A proposal above this (or infinite: huge signals overflow a double) is this: it asks
 #: for as many replicas as the rails allow either way, and stays printable.
 MAX_PROPOSAL = 1e15
@@ -126,32 +104,25 @@ def _usable(proposal: signals.Proposal | None) -> signals.Proposal | None:
     return proposal
 
 
-def _load_peaks(raw: object, now: float) -> list[list[float]]:
+def _load_peaks(peaks: Sequence[Pair], now: float) -> tuple[Pair, ...]:
     """The highest request rate per PEAK_BUCKET_S over the last PEAK_WINDOW_S, as kept
-    in the state (malformed or expired entries dropped)."""
-    peaks: list[list[float]] = []
-    if isinstance(raw, list):
-        for item in raw:
-            try:
-                t, v = float(item[0]), float(item[1])
-            except (TypeError, ValueError, IndexError):
-                continue
-            if now - t < PEAK_WINDOW_S and math.isfinite(v) and t <= now:
-                peaks.append([t, v])
-    return peaks
+    in the state (expired entries dropped)."""
+    return tuple(
+        (t, v) for t, v in peaks if now - t < PEAK_WINDOW_S and math.isfinite(v) and t <= now
+    )
 
 
-def _with_peak(peaks: list[list[float]], now: float, rate: float | None) -> list[list[float]]:
-    """``peaks`` with ``rate`` counted in the bucket of ``now`` (a new list)."""
+def _with_peak(peaks: tuple[Pair, ...], now: float, rate: float | None) -> tuple[Pair, ...]:
+    """``peaks`` with ``rate`` counted in the bucket of ``now``."""
     if rate is None or not math.isfinite(rate) or rate < 0:
-        return list(peaks)
+        return peaks
     bucket = math.floor(now / PEAK_BUCKET_S) * PEAK_BUCKET_S
     if peaks and peaks[-1][0] == bucket:
-        return [*peaks[:-1], [bucket, max(peaks[-1][1], rate)]]
-    return [*peaks, [bucket, rate]]
+        return (*peaks[:-1], (bucket, max(peaks[-1][1], rate)))
+    return (*peaks, (bucket, rate))
 
 
-def _held(panic_t: float, peaks: list[list[float]], now: float, lasts_s: float) -> bool:
+def _held(panic_t: float, peaks: Sequence[Sequence[float]], now: float, lasts_s: float) -> bool:
     """Whether the load a panic answered stayed: ``lasts_s`` have passed since it and the
     rate never fell below 1 / SURGE_FACTOR of its level then (the panic's 10 s bucket and
     the next). A rate that fell back sooner was a burst; until ``lasts_s`` have passed,
@@ -165,11 +136,113 @@ def _held(panic_t: float, peaks: list[list[float]], now: float, lasts_s: float) 
     return bool(after) and min(after) >= level / SURGE_FACTOR
 
 
-def _positive(value: float | None) -> float | None:
-    """A learnt estimate that divides: finite and > 0, else unknown."""
-    if value is None or not (math.isfinite(value) and value > 0):
-        return None
-    return value
+@dataclass(frozen=True)
+class _BurstMemory:
+    """The burst memory as this tick finds it (events older than BURST_MEMORY_S, peaks
+    older than PEAK_WINDOW_S forgotten)."""
+
+    panics: tuple[float, ...]
+    regrets: tuple[float, ...]
+    surges: tuple[float, ...]
+    peaks: tuple[Pair, ...]
+    #: The panics whose load did not hold (a step the load then holds is no burst).
+    burst_panics: int
+
+    @property
+    def bursting(self) -> bool:
+        return max(self.burst_panics, len(self.surges), len(self.regrets)) >= BURST_PANICS
+
+
+def _recall(state: EngineState, now: float, cold_start_s: float) -> _BurstMemory:
+    """The burst memory ``state`` holds, as of ``now``."""
+
+    def recent(times: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(t for t in times if now - t < BURST_MEMORY_S)
+
+    panics = recent(state.panics)
+    peaks = _load_peaks(state.peaks, now)
+    lasts_s = BURST_LASTS_COLD_STARTS * cold_start_s
+    held = sum(1 for t in panics if _held(t, peaks, now, lasts_s))
+    return _BurstMemory(
+        panics, recent(state.regrets), recent(state.surges), peaks, len(panics) - held
+    )
+
+
+def _watch_surges(
+    surges: tuple[float, ...],
+    base: float | None,
+    rate: float | None,
+    before: list[float],
+    now: float,
+) -> tuple[tuple[float, ...], float | None]:
+    """A surge: the rate above SURGE_FACTOR x its lowest over the last cold start
+    (``before``); the next one counts once the rate is back down to REARM_FACTOR x the
+    level this one surged from. The surges and that level (None: re-armed)."""
+    if rate is None or not before:
+        return surges, base
+    lowest = max(min(before), 1.0)
+    if base is None and rate > SURGE_FACTOR * lowest:
+        return (*surges, now), lowest
+    if base is not None and rate <= REARM_FACTOR * base:
+        return surges, None  # back down: the surge was a burst; re-armed
+    return surges, base
+
+
+def _without_stale_signals(snap: Snapshot) -> tuple[Snapshot, str]:
+    """Signals older than STALE_AFTER_S are missing ones; and a note saying so."""
+    if not snap.signals.age_s > STALE_AFTER_S:
+        return snap, ""
+    stale = snap.signals.age_s
+    age = f"{stale:.0f} s old" if math.isfinite(stale) else "of unknown age"
+    return (
+        Snapshot(snap.time, snap.replicas, pods=snap.pods, rollout=snap.rollout),
+        f"signals are {age} (stale after {STALE_AFTER_S:.0f} s)",
+    )
+
+
+def _bypass_rate_limit(
+    norm: behavior.Normalized, desired: int, current: int, now: float, max_replicas: int
+) -> behavior.Normalized:
+    """In panic, up to ``desired`` past the scale-up rate limit (not past max), with the
+    real change recorded as the scale event."""
+    result = norm.replicas
+    if not desired > result >= current:
+        return norm
+    result = min(desired, max_replicas)
+    events = norm.state.scale_events
+    if norm.replicas != current:
+        events = events[:-1]
+    if result != current:
+        events += ((now, result - current),)
+    return behavior.Normalized(
+        result, None, behavior.BehaviorState(norm.state.recommendations, events)
+    )
+
+
+@dataclass(frozen=True)
+class _Asks:
+    """One tick's proposals (by signal) and what they mean for panic and the rails."""
+
+    proposals: dict[str, signals.Proposal]
+    missing: list[str]
+    #: The configured signals' own largest ask (the load's need, no drain or extras).
+    sustained: float | None
+    #: The signals' and backlog's largest ask: what decides panic.
+    reactive: float | None
+    overloaded: bool
+    forecast_note: str | None
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The count chosen before the custom policy and the rails, and the panic it set."""
+
+    desired: int
+    reason: Reason
+    detail: str
+    winner: str | None
+    panic_until: float
+    panics: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -189,23 +262,16 @@ class EnginePolicy:
             raise ValueError(f"minReplicas ({cfg.min_replicas}) > maxReplicas ({cfg.max_replicas})")
         self.config = cfg
         self.custom = custom
-        self._latency_target = next(
-            (t for t in cfg.signals if t.type is config.SignalType.LATENCY), None
-        )
-        # The forecast history as stored in the state is plain JSON (its bucket means a
-        # list), so a checkpoint round-trips to an equal state. Validating a loaded list
-        # costs ~0.2 ms; these memos (by identity, of what this policy itself returned)
-        # skip it tick to tick. A pure function's cache: same input, same output.
-        self._history_memo: tuple[object, forecast.History] | None = None
-        self._means_memo: tuple[object, list[float | None]] | None = None
+        self._learner = engine_learning.Learner(cfg)
+        # The document this policy returned last, its items then, and the state it
+        # encodes: a loop hands the document back unchanged (the backends keep the loop
+        # state in memory between cycles), so it is not read again (~20 us a tick). By
+        # identity, like the forecast memos, and only while its keys still hold the same
+        # values (a caller that set a key gets it read).
+        self._state_memo: tuple[State, list[tuple[str, Any]], EngineState] | None = None
         # A forecast depends on the closed buckets and on which buckets the horizon spans,
         # not on the tick within a bucket: one per bucket (150 ticks of 2 s at 5 minutes).
         self._forecast_memo: tuple[object, tuple[Any, ...], forecast.Forecast] | None = None
-
-    @property
-    def _pooled(self) -> bool:
-        """Least request in front: the replicas' queues act as one (``queueing``)."""
-        return self.config.routing is config.Routing.LEAST_REQUEST
 
     @property
     def name(self) -> str:
@@ -217,109 +283,6 @@ class EnginePolicy:
 
     def initial_state(self) -> State:
         return {}
-
-    # ------------------------------------------------------------------ learning
-
-    def _learn(
-        self, snap: Snapshot, state: State, bursting: bool = False
-    ) -> tuple[signals.Demand, State]:
-        cfg = self.config
-        now = snap.time
-        sig = snap.signals
-        last_time = state.get("last_time")
-        # Never negative: a replayed or restored state may come from a later time.
-        dt = max(0.0, now - last_time) if isinstance(last_time, int | float) else cfg.period_s
-        rates: list[windows.Sample] = [(float(t), float(v)) for t, v in state.get("rates", [])]
-        if sig.rps is not None:
-            rates.append((now, sig.rps))
-        rates = windows.prune(rates, now, TREND_LONG_S)
-
-        request_cores = next(
-            (p.cpu_request_cores for p in snap.pods if p.cpu_request_cores > 0),
-            float(cfg.threads_per_replica),
-        )
-        service_s = state.get("service_s")
-        usage = (
-            signals.usage_cores(sig, snap.replicas.ready, request_cores)
-            if sig.cpu_usage_cores is not None or snap.replicas.ready > 0
-            else None
-        )
-        capacity = snap.replicas.ready * request_cores
-        saturated = usage is not None and usage >= SATURATED * capacity
-        if usage is not None and sig.rps is not None and sig.rps > 1.0 and not saturated:
-            # Saturated replicas cap CPU at capacity while requests keep arriving: usage per
-            # request would then under-state the cost, so only learn from unsaturated ticks.
-            service_s = windows.ewma(service_s, usage / sig.rps, dt, SERVICE_HALF_LIFE_S)
-        elif service_s is None and sig.concurrency is not None and sig.rps and sig.rps > 1.0:
-            # Little's law (includes queueing: an over-estimate, replaced once CPU shows up).
-            service_s = sig.concurrency / sig.rps
-        # Service time divides capacities: zero CPU per request (a broken metric) or an
-        # overflow of extreme signals teaches nothing.
-        service_s = _positive(service_s)
-
-        budget_s = state.get("wait_budget_s")
-        target = self._latency_target
-        if target is not None and service_s is not None:
-            budget_s = self._learn_budget(snap, state, target, service_s, budget_s, dt, saturated)
-            budget_s = _positive(budget_s)
-
-        rate = sig.rps
-        overloaded_rate = self._overload_rate(snap, state, request_cores, service_s, saturated)
-        if overloaded_rate is not None and (rate is None or overloaded_rate > rate):
-            rate = overloaded_rate
-        projected = rate
-        if rate is not None:
-            short = windows.slope(rates, now, TREND_SHORT_S)
-            long = windows.slope(rates, now, TREND_LONG_S)
-            # While bursting a rise is a burst's, over before capacity ordered for its
-            # trend lands: standing capacity for the recent peak meets bursts instead.
-            if not bursting and short is not None and long is not None and short > 0 < long:
-                projected = rate + min(short, long) * (cfg.cold_start_s + cfg.period_s)
-                if math.isnan(projected):  # inf - inf: extreme rates overflow
-                    projected = rate
-
-        demand = signals.Demand(
-            rate=rate,
-            projected_rate=projected,
-            service_s=service_s,
-            wait_budget_s=budget_s,
-            request_cores=request_cores,
-            threads=cfg.threads_per_replica,
-            pooled=self._pooled,
-        )
-        new_state: State = {
-            **state,
-            "inflight": None if sig.concurrency is None else [now, sig.concurrency],
-            "last_time": now,
-            "rates": [[t, v] for t, v in rates],
-            "service_s": service_s,
-            "wait_budget_s": budget_s,
-        }
-        if cfg.forecast is not None:
-            history = self._load_history(state.get("forecast"), cfg.forecast)
-            if sig.rps is not None:
-                history = forecast.observe(history, cfg.forecast, now, sig.rps, dt)
-            new_state["forecast"] = self._store_history(history)
-        return demand, new_state
-
-    def _load_history(self, raw: object, fcfg: forecast.ForecastConfig) -> forecast.History:
-        memo = self._history_memo
-        if memo is not None and raw is memo[0]:
-            return memo[1]
-        return forecast.from_state(raw, fcfg)
-
-    def _store_history(self, history: forecast.History) -> dict[str, Any]:
-        """The history as JSON-shaped state (a list of means, shared while unchanged)."""
-        means = history["means"]
-        memo = self._means_memo
-        if memo is not None and memo[0] is means:
-            as_list = memo[1]
-        else:
-            as_list = list(means)
-            self._means_memo = (means, as_list)
-        doc: dict[str, Any] = {**history, "means": as_list}
-        self._history_memo = (doc, history)
-        return doc
 
     def _forecast(
         self, history: forecast.History, fcfg: forecast.ForecastConfig, now: float, horizon: float
@@ -338,7 +301,7 @@ class EnginePolicy:
         return seen
 
     def _forecast_proposal(
-        self, snap: Snapshot, demand: signals.Demand, state: State
+        self, snap: Snapshot, demand: signals.Demand, stored: object
     ) -> tuple[signals.Proposal | None, str | None]:
         """When the forecast expects more than the rate the signals already project: what
         they ask for at the high side of it (its estimate plus its recent error); and the
@@ -347,10 +310,9 @@ class EnginePolicy:
         if cfg.forecast is None:
             return None, None
         horizon = cfg.cold_start_s + cfg.period_s
-        stored = state.get("forecast")
         if stored is None:
             return None, "off: no request rate observed yet"
-        history = self._load_history(stored, cfg.forecast)
+        history = self._learner.load_history(stored, cfg.forecast)
         seen = self._forecast(history, cfg.forecast, snap.time, horizon)
         note = seen.reason
         expected = seen.rate_rps
@@ -392,7 +354,7 @@ class EnginePolicy:
         return best
 
     def _standing_proposal(
-        self, snap: Snapshot, demand: signals.Demand, peaks: list[list[float]]
+        self, snap: Snapshot, demand: signals.Demand, peaks: tuple[Pair, ...]
     ) -> signals.Proposal | None:
         """While bursting: what the signals ask for at the highest rate of the last
         PEAK_WINDOW_S. Bursts shorter than a cold start are over before capacity ordered
@@ -434,163 +396,143 @@ class EnginePolicy:
             f"{cores:.1f} cores at most {ROLLOUT_UTILIZATION:.0%} busy = {replicas:.2f}",
         )
 
-    def _overload_rate(
-        self,
-        snap: Snapshot,
-        state: State,
-        request_cores: float,
-        service_s: float | None,
-        saturated: bool,
-    ) -> float | None:
-        """Arrival rate of a saturated service: what it completes plus how fast its queue grows.
-
-        A rate window (10 s) trails a sudden step by seconds, while every second of
-        delay costs a second of queue; the queue's growth shows up in the next scrape.
-        """
-        previous = state.get("inflight")
-        inflight = snap.signals.concurrency
-        if service_s is None or inflight is None or not previous:
-            return None
-        capacity = snap.replicas.ready * request_cores
-        usage = signals.usage_cores(snap.signals, snap.replicas.ready, request_cores)
-        if usage is None:
-            return None
-        in_service = min((snap.signals.rps or 0.0) * service_s, capacity)
-        queueing_up = inflight - in_service > QUEUED_PER_THREAD * max(capacity, 1.0)
-        near_capacity = usage >= NEAR_CAPACITY * capacity
-        then, before = float(previous[0]), float(previous[1])
-        if not (saturated or (queueing_up and near_capacity)) or snap.time <= then:
-            return None
-        # What the replicas complete is what their CPU shows (a queue stuck on a few
-        # replicas leaves the rest idle), plus how fast the queue grows.
-        completing = usage / service_s
-        return completing + max(0.0, (inflight - before) / (snap.time - then))
-
-    def _model_wait(self, rate: float, replicas: int, service_s: float, q: float) -> float:
-        """The queueing model's ``q`` wait at ``rate`` over ``replicas``, for the routing."""
-        return queueing.replica_wait_quantile_s(
-            rate,
-            replicas,
-            service_s,
-            self.config.threads_per_replica,
-            q,
-            pooled=self._pooled,
-        )
-
-    def _budget_prior(
-        self,
-        snap: Snapshot,
-        target: config.SignalTarget,
-        service_s: float,
-        observed_ms: float | None,
-    ) -> float:
-        """The first wait budget: calibrated on the first observation if there is one.
-
-        With an observed percentile ``L`` at the current load, whose modelled wait is
-        ``W``, the service may take ``aim - L`` more queueing: budget ``W + aim - L``.
-        Without one: the target minus an exponential service time's quantile.
-        """
-        target_s = target.target / 1000.0
-        q = target.percentile / 100.0
-        rps = snap.signals.rps
-        if observed_ms is not None and rps and snap.replicas.ready > 0:
-            wait = self._model_wait(rps, snap.replicas.ready, service_s, q)
-            if math.isfinite(wait):
-                calibrated = wait + LATENCY_AIM * target_s - observed_ms / 1000.0
-                return min(max(calibrated, 0.1 * target_s), BUDGET_MAX * target_s)
-        return max(target_s - service_s * -math.log(1.0 - q), 0.1 * target_s)
-
-    def _learn_budget(
-        self,
-        snap: Snapshot,
-        state: State,
-        target: config.SignalTarget,
-        service_s: float,
-        budget_s: float | None,
-        dt: float,
-        saturated: bool,
-    ) -> float:
-        """Learn the queueing-wait budget that keeps the observed percentile on aim.
-
-        Erlang C gives the shape (how the wait grows with load per replica, and how
-        threads and replicas pool); real services differ from M/M/c in scale (service
-        times vary less than exponential ones, round-robin arrivals are smoother than
-        Poisson, the service tail adds to the wait). So the budget handed to Erlang C is
-        learnt by feedback: cut multiplicatively while the observed percentile is above
-        ``LATENCY_AIM`` x target; raised in proportion to the room left under the aim while
-        it sits comfortably below and the model's wait at the running count is a real
-        share of the budget (otherwise the low latency only shows spare capacity, which
-        says nothing about a larger budget).
-        """
-        sig = snap.signals
-        target_s = target.target / 1000.0
-        q = target.percentile / 100.0
-        observed_ms = sig.latency(target.percentile)
-        if budget_s is None:
-            budget_s = self._budget_prior(snap, target, service_s, observed_ms)
-        enough = sig.rps is not None and sig.rps * 30.0 >= MIN_LATENCY_SAMPLES
-        # Only a steady service teaches: while replicas start, CPU is saturated or a panic
-        # drains a backlog, the observed latency is a transient the budget must not learn.
-        steady = (
-            not saturated
-            and snap.replicas.ready == snap.replicas.current
-            and snap.time >= float(state.get("panic_until", -math.inf))
-        )
-        if not steady:
-            state["unsteady_at"] = snap.time
-        # The latency window still holds a transient for a while after it ends.
-        settled = snap.time - float(state.get("unsteady_at", -math.inf)) >= SETTLE_S
-        if observed_ms is None or not enough or not settled or snap.replicas.ready == 0:
-            return budget_s
-        assert sig.rps is not None
-        aim_s = LATENCY_AIM * target_s
-        observed_s = min(observed_ms / 1000.0, 2.0 * aim_s)
-        if observed_s > aim_s:
-            budget_s *= (aim_s / observed_s) ** (dt / BUDGET_DECREASE_S)
-        elif observed_s < 0.9 * aim_s:
-            wait = self._model_wait(sig.rps, snap.replicas.ready, service_s, q)
-            if wait >= BUDGET_EVIDENCE * budget_s:
-                room = (0.9 * aim_s - observed_s) / BUDGET_LEARN_S
-                budget_s += max(BUDGET_INCREASE_PER_S * target_s, room) * dt
-        return min(max(budget_s, 0.05 * target_s), BUDGET_MAX * target_s)
-
     # ------------------------------------------------------------------ deciding
 
     def decide(self, snap: Snapshot, state: State) -> tuple[Decision, State]:
+        """The Policy protocol's ``decide``: :meth:`step` on the state as JSON, read with
+        ``engine_state.from_dict`` (a malformed field is a ``StateError`` naming it) and
+        written back as the engine always wrote it."""
+        memo = self._state_memo
+        if memo is not None and state is memo[0] and list(state.items()) == memo[1]:
+            typed = memo[2]
+        else:
+            typed = engine_state.from_dict(state)
+        decision, new_state = self.step(snap, typed)
+        doc = engine_state.to_dict(new_state)
+        self._state_memo = (doc, list(doc.items()), new_state)
+        return decision, doc
+
+    def step(self, snap: Snapshot, state: EngineState) -> tuple[Decision, EngineState]:
+        """One tick on the typed state: the module docstring's steps, in order."""
         cfg = self.config
         now = snap.time
         current = snap.replicas.current
-        ready = snap.replicas.ready
-        if snap.signals.age_s > STALE_AFTER_S:
-            stale = snap.signals.age_s
-            snap = Snapshot(snap.time, snap.replicas, pods=snap.pods, rollout=snap.rollout)
-            age = f"{stale:.0f} s old" if math.isfinite(stale) else "of unknown age"
-            stale_note = f"signals are {age} (stale after {STALE_AFTER_S:.0f} s)"
-        else:
-            stale_note = ""
-        state = dict(state)  # never mutate the caller's copy
-        panics = [float(t) for t in state.get("panics", []) if now - float(t) < BURST_MEMORY_S]
-        # A panic for a step the load then holds is no burst: only the others count.
-        lasts_s = BURST_LASTS_COLD_STARTS * cfg.cold_start_s
-        seen = _load_peaks(state.get("peaks"), now)
-        burst_panics = [t for t in panics if not _held(t, seen, now, lasts_s)]
-        regrets = [float(t) for t in state.get("regrets", []) if now - float(t) < BURST_MEMORY_S]
-        surges = [float(t) for t in state.get("surges", []) if now - float(t) < BURST_MEMORY_S]
-        bursting = max(len(burst_panics), len(surges), len(regrets)) >= BURST_PANICS
-        before = [float(v) for t, v in state.get("rates", []) if now - float(t) <= cfg.cold_start_s]
-        demand, state = self._learn(snap, state, bursting)
-        if demand.rate is not None and before:
-            lowest = max(min(before), 1.0)
-            base = state.get("surge_base")
-            if base is None and demand.rate > SURGE_FACTOR * lowest:
-                surges.append(now)
-                state["surge_base"] = lowest
-            elif base is not None and demand.rate <= REARM_FACTOR * float(base):
-                state.pop("surge_base")  # back down: the surge was a burst; re-armed
-        state["surges"] = surges
-        peaks = _with_peak(seen, now, demand.rate)
-        state["peaks"] = peaks
+        snap, stale_note = _without_stale_signals(snap)
+        memory = _recall(state, now, cfg.cold_start_s)
+        before = [v for t, v in state.rates if now - t <= cfg.cold_start_s]
+        demand, learnt = self._learner.learn(snap, state, memory.bursting)
+        surges, surge_base = _watch_surges(
+            memory.surges, state.surge_base, demand.rate, before, now
+        )
+        peaks = _with_peak(memory.peaks, now, demand.rate)
+        asks, overload_since = self._propose(
+            snap, demand, state.overload_since, learnt.forecast, memory.bursting, peaks
+        )
+        choice = self._choose(snap, asks, stale_note, state.panic_until, memory.panics)
+        panic_until = self._hold_panic(snap, demand, choice.panic_until)
+        in_panic = now < panic_until  # the hold only ever extends a panic
+        desired, reason, detail = choice.desired, choice.reason, choice.detail
+        recommended = desired
+        policy_state = state.policy
+        if self.custom is not None:
+            desired, reason, detail, policy_state = self._run_custom(
+                snap, recommended, reason, detail, policy_state
+            )
+        held_by_panic = in_panic and desired < current
+        if held_by_panic:
+            desired, reason = current, Reason.PANIC
+            detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
 
+        norm = behavior.normalize(
+            desired,
+            current,
+            now,
+            cfg.min_replicas,
+            cfg.max_replicas,
+            cfg.behavior,
+            state.behavior,
+            # A drain overshoot and a panic hold are temporary: remember the load's own
+            # need instead, so the scale-down window does not keep them alive.
+            remember=None
+            if asks.sustained is None or (choice.winner != "backlog" and not held_by_panic)
+            else min(desired, max(math.ceil(asks.sustained - 1e-9), cfg.min_replicas)),
+        )
+        if memory.bursting and norm.reason is Reason.STABILIZING:
+            detail = (
+                f"{detail}; burst memory ({memory.burst_panics} panics, {len(surges)} surges, "
+                f"{len(memory.regrets)} re-grows in {BURST_MEMORY_S:.0f} s)"
+            )
+        if in_panic:
+            norm = _bypass_rate_limit(norm, desired, current, now, cfg.max_replicas)
+        result = norm.replicas
+        if norm.reason is not None and result != desired:
+            reason = norm.reason
+            detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
+
+        # A re-grow (up soon after a shrink) means the shrink let go of capacity the load
+        # came back for: with BURST_PANICS of them in BURST_MEMORY_S, burst memory holds on.
+        direction, regrets = state.direction, memory.regrets
+        if result != current and cfg.mode is config.Mode.ACTIVE:
+            if result > current and direction < 0:
+                regrets = (*regrets, now)
+            direction = 1 if result > current else -1
+        new_state = EngineState(
+            last_time=learnt.last_time,
+            rates=learnt.rates,
+            service_s=learnt.service_s,
+            wait_budget_s=learnt.wait_budget_s,
+            inflight=learnt.inflight,
+            forecast=learnt.forecast,
+            surges=surges,
+            peaks=peaks,
+            panics=choice.panics,
+            regrets=regrets,
+            behavior=norm.state,
+            direction=direction,
+            panic_until=panic_until,
+            unsteady_at=learnt.unsteady_at,
+            surge_base=surge_base,
+            overload_since=overload_since,
+            policy=policy_state,
+        )
+        applied = result
+        if cfg.mode is config.Mode.RECOMMEND:
+            applied = current
+            detail = f"recommend mode: would set {result} ({reason.value}): {detail}"
+            reason = Reason.RECOMMEND_ONLY
+            # The rails' memory must not believe a scale happened.
+            new_state = dataclasses.replace(
+                new_state,
+                behavior=behavior.BehaviorState(
+                    norm.state.recommendations,
+                    tuple(e for e in norm.state.scale_events if e[0] != now),
+                ),
+            )
+        return (
+            Decision(
+                replicas=applied,
+                reason=reason,
+                signal=choice.winner,
+                detail=detail,
+                recommended=result,
+                proposals={name: p.replicas for name, p in asks.proposals.items()},
+                forecast=asks.forecast_note,
+            ),
+            new_state,
+        )
+
+    def _propose(
+        self,
+        snap: Snapshot,
+        demand: signals.Demand,
+        overload_since: float | None,
+        stored_forecast: object,
+        bursting: bool,
+        peaks: tuple[Pair, ...],
+    ) -> tuple[_Asks, float | None]:
+        """Every proposal of this tick (the module docstring's step 2, with the forecast,
+        burst memory and rollout floor on top); and when the overload began (None: none)."""
+        cfg = self.config
         proposals: dict[str, signals.Proposal] = {}
         missing: list[str] = []
         for target in cfg.signals:
@@ -600,7 +542,8 @@ class EnginePolicy:
             else:
                 proposals[prop.signal] = prop
         sustained = max((p.replicas for p in proposals.values()), default=None)
-        backlog = _usable(self._backlog_proposal(snap, demand, state))
+        backlog, overload_since = self._backlog_proposal(snap, demand, overload_since)
+        backlog = _usable(backlog)
         if bursting and backlog is not None:
             # Bursts shorter than a cold start are over before a drain overshoot lands;
             # burst memory's standing capacity is what helps. Size on the load only.
@@ -614,7 +557,7 @@ class EnginePolicy:
         # The reactive ask (signals and backlog) decides panic; the forecast only ever adds
         # capacity on top of it, inside the rails (never a panic of its own).
         reactive = max((p.replicas for p in proposals.values()), default=None)
-        ahead, forecast_note = self._forecast_proposal(snap, demand, state)
+        ahead, forecast_note = self._forecast_proposal(snap, demand, stored_forecast)
         if ahead is not None and proposals and reactive is not None and ahead.replicas > reactive:
             proposals[ahead.signal] = ahead
         # Standing capacity and the rollout floor, like the forecast, only ever add to
@@ -629,126 +572,53 @@ class EnginePolicy:
                 and extra.replicas > max(p.replicas for p in proposals.values())
             ):
                 proposals[extra.signal] = extra
-        raw = {name: p.replicas for name, p in proposals.items()}
-        panic_until = float(state.get("panic_until", -math.inf))
+        asks = _Asks(proposals, missing, sustained, reactive, backlog is not None, forecast_note)
+        return asks, overload_since
 
-        if not proposals:
-            detail = stale_note or f"no usable signal ({', '.join(missing)} missing)"
-            desired, reason, winner = current, Reason.METRICS_MISSING, None
+    def _choose(
+        self,
+        snap: Snapshot,
+        asks: _Asks,
+        stale_note: str,
+        panic_until: float,
+        panics: tuple[float, ...],
+    ) -> _Choice:
+        """The largest proposal within the tolerance band, panic, and the missing-metrics
+        rule (steps 3 to 5, before the panic hold and the rails)."""
+        cfg = self.config
+        now, current, ready = snap.time, snap.replicas.current, snap.replicas.ready
+        if not asks.proposals:
+            detail = stale_note or f"no usable signal ({', '.join(asks.missing)} missing)"
             detail = f"{detail}: holding {current}"
-        else:
-            best = max(proposals.values(), key=lambda p: p.replicas)
-            winner = best.signal
-            wanted = max(math.ceil(best.replicas - 1e-9), 0)
-            desired, reason, detail = self._tolerate(best, wanted, current)
-            overloaded = backlog is not None
-            asked = max(math.ceil((reactive or 0.0) - 1e-9), 0)
-            surge = ready > 0 and asked >= cfg.panic_threshold * ready
-            if asked > current and (overloaded or surge or ready == 0):
-                if now >= panic_until:
-                    panics.append(now)
-                panic_until = now + cfg.panic_hold_s
-                desired, reason = wanted, Reason.PANIC
-                detail = f"panic ({'overloaded' if overloaded else 'burst'}): {best.detail}"
-            if missing and desired < current:
-                desired, reason = current, Reason.METRICS_MISSING
-                detail = f"{', '.join(missing)} missing: never shrink on partial metrics"
+            return _Choice(current, Reason.METRICS_MISSING, detail, None, panic_until, panics)
+        best = max(asks.proposals.values(), key=lambda p: p.replicas)
+        wanted = max(math.ceil(best.replicas - 1e-9), 0)
+        desired, reason, detail = self._tolerate(best, wanted, current)
+        asked = max(math.ceil((asks.reactive or 0.0) - 1e-9), 0)
+        surge = ready > 0 and asked >= cfg.panic_threshold * ready
+        if asked > current and (asks.overloaded or surge or ready == 0):
+            if now >= panic_until:
+                panics = (*panics, now)
+            panic_until = now + cfg.panic_hold_s
+            desired, reason = wanted, Reason.PANIC
+            detail = f"panic ({'overloaded' if asks.overloaded else 'burst'}): {best.detail}"
+        if asks.missing and desired < current:
+            desired, reason = current, Reason.METRICS_MISSING
+            detail = f"{', '.join(asks.missing)} missing: never shrink on partial metrics"
+        return _Choice(desired, reason, detail, best.signal, panic_until, panics)
 
-        if now < panic_until:
-            # While requests are still queued, extra replicas keep new requests away
-            # from the backlogged ones (round robin gives each 1/n): hold the panic.
-            inflight = snap.signals.concurrency
-            if inflight is not None and demand.rate is not None and demand.service_s:
-                queued = inflight - demand.rate * demand.service_s
-                if queued > QUEUED_PER_THREAD * max(ready * demand.request_cores, 1.0):
-                    panic_until = max(panic_until, now + 2 * cfg.period_s)
-        in_panic = now < panic_until  # the hold above only ever extends a panic
-        recommended = desired
-        new_state = state
-        if self.custom is not None:
-            desired, reason, detail, new_state = self._run_custom(
-                snap, recommended, reason, detail, new_state
-            )
-        held_by_panic = in_panic and desired < current
-        if held_by_panic:
-            desired, reason = current, Reason.PANIC
-            detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
-
-        rails = cfg.behavior
-        norm = behavior.normalize(
-            desired,
-            current,
-            now,
-            cfg.min_replicas,
-            cfg.max_replicas,
-            rails,
-            behavior.BehaviorState.from_dict(new_state.get("behavior")),
-            # A drain overshoot and a panic hold are temporary: remember the load's own
-            # need instead, so the scale-down window does not keep them alive.
-            remember=None
-            if sustained is None or (winner != "backlog" and not held_by_panic)
-            else min(desired, max(math.ceil(sustained - 1e-9), cfg.min_replicas)),
-        )
-        if bursting and norm.reason is Reason.STABILIZING:
-            detail = (
-                f"{detail}; burst memory ({len(burst_panics)} panics, {len(surges)} surges, "
-                f"{len(regrets)} re-grows in {BURST_MEMORY_S:.0f} s)"
-            )
-        result = norm.replicas
-        if in_panic and desired > result and result >= current:
-            # Panic bypasses the scale-up rate limit (not max); record the real change.
-            result = min(desired, cfg.max_replicas)
-            events = norm.state.scale_events
-            if norm.replicas != current:
-                events = events[:-1]
-            if result != current:
-                events += ((now, result - current),)
-            norm = behavior.Normalized(
-                result, None, behavior.BehaviorState(norm.state.recommendations, events)
-            )
-        if norm.reason is not None and result != desired:
-            reason = norm.reason
-            detail = f"{detail}; {reason.value.lower()}: {desired} -> {result}"
-
-        # A re-grow (up soon after a shrink) means the shrink let go of capacity the load
-        # came back for: with BURST_PANICS of them in BURST_MEMORY_S, burst memory holds on.
-        direction = int(state.get("direction", 0))
-        if result != current and cfg.mode is config.Mode.ACTIVE:
-            if result > current and direction < 0:
-                regrets.append(now)
-            direction = 1 if result > current else -1
-        new_state = {
-            **new_state,
-            "behavior": norm.state.to_dict(),
-            "panic_until": panic_until,
-            "panics": panics,
-            "regrets": regrets,
-            "direction": direction,
-        }
-        if not math.isfinite(panic_until):
-            new_state.pop("panic_until")
-        applied = result
-        if cfg.mode is config.Mode.RECOMMEND:
-            applied = current
-            detail = f"recommend mode: would set {result} ({reason.value}): {detail}"
-            reason = Reason.RECOMMEND_ONLY
-            # The rails' memory must not believe a scale happened.
-            new_state["behavior"] = behavior.BehaviorState(
-                norm.state.recommendations,
-                tuple(e for e in norm.state.scale_events if e[0] != now),
-            ).to_dict()
-        return (
-            Decision(
-                replicas=applied,
-                reason=reason,
-                signal=winner,
-                detail=detail,
-                recommended=result,
-                proposals=raw,
-                forecast=forecast_note,
-            ),
-            new_state,
-        )
+    def _hold_panic(self, snap: Snapshot, demand: signals.Demand, panic_until: float) -> float:
+        """While requests are still queued, extra replicas keep new requests away from
+        the backlogged ones (round robin gives each 1/n): the panic holds on."""
+        now, inflight = snap.time, snap.signals.concurrency
+        rate, service_s = demand.rate, demand.service_s
+        if now >= panic_until or inflight is None or rate is None or not service_s:
+            return panic_until
+        queued = inflight - rate * service_s
+        capacity = snap.replicas.ready * demand.request_cores
+        if queued > engine_learning.QUEUED_PER_THREAD * max(capacity, 1.0):
+            return max(panic_until, now + 2 * self.config.period_s)
+        return panic_until
 
     def _tolerate(
         self, best: signals.Proposal, wanted: int, current: int
@@ -792,9 +662,10 @@ class EnginePolicy:
         return wanted, Reason.SIGNAL, best.detail
 
     def _backlog_proposal(
-        self, snap: Snapshot, demand: signals.Demand, state: State
-    ) -> signals.Proposal | None:
-        """While overloaded, size for the load plus draining the queue new capacity will find.
+        self, snap: Snapshot, demand: signals.Demand, overload_since: float | None
+    ) -> tuple[signals.Proposal | None, float | None]:
+        """While overloaded, size for the load plus draining the queue new capacity will find;
+        and when the overload began (``overload_since``: None once it is over).
 
         The queue (in-flight requests beyond what the load keeps in service) keeps growing
         at ``arrivals - capacity`` until the replicas ordered at the start of the overload
@@ -807,18 +678,19 @@ class EnginePolicy:
         rate, service_s = demand.rate, demand.service_s
         capacity = snap.replicas.ready * demand.request_cores
         if inflight is None or rate is None or service_s is None:
-            return None
+            return None, overload_since
         queued_now = max(0.0, inflight - rate * service_s)
         # Overloaded: the load needs more cores than are ready, or requests queue beyond
         # a few per thread while the load is near capacity (a rate window trails a step;
         # the queue shows it at once). A queue left behind once capacity is plentiful sits
         # on the replicas it was routed to: more replicas cannot drain it.
         load = rate * service_s
-        queue_building = queued_now > QUEUED_PER_THREAD * max(capacity, 1.0)
-        if load < capacity and not (queue_building and load >= NEAR_CAPACITY * capacity):
-            state.pop("overload_since", None)
-            return None
-        since = float(state.setdefault("overload_since", snap.time))
+        queue_building = queued_now > engine_learning.QUEUED_PER_THREAD * max(capacity, 1.0)
+        if load < capacity and not (
+            queue_building and load >= engine_learning.NEAR_CAPACITY * capacity
+        ):
+            return None, None
+        since = snap.time if overload_since is None else overload_since
         until_capacity = max(0.0, since + self.config.cold_start_s - snap.time)
         excess_rps = max(0.0, rate - capacity / service_s)
         queued = queued_now + excess_rps * until_capacity
@@ -853,7 +725,7 @@ class EnginePolicy:
                 f"{DRAIN_HEADROOM:g} x {rate:.0f} req/s x {service_s * 1000:.1f} ms at "
                 f"{utilization:.0%} = {replicas:.2f}"
             )
-        return signals.Proposal("backlog", replicas, detail)
+        return signals.Proposal("backlog", replicas, detail), since
 
     def _run_custom(
         self,
@@ -861,10 +733,10 @@ class EnginePolicy:
         recommended: int,
         reason: Reason,
         detail: str,
-        state: State,
-    ) -> tuple[int, Reason, str, State]:
+        policy_state: Mapping[str, Any] | None,
+    ) -> tuple[int, Reason, str, Mapping[str, Any] | None]:
+        """The custom policy's replicas, reason and detail, and its new state."""
         assert self.custom is not None
-        policy_state: Mapping[str, Any] | None = state.get("policy")
         try:
             out = self.custom.program.evaluate(
                 snap, recommended, params=self.custom.params, state=policy_state
@@ -875,15 +747,14 @@ class EnginePolicy:
                 Reason.POLICY_ERROR,
                 f"policy {self.custom.name} failed ({err}); using the recommendation "
                 f"{recommended} ({reason.value}: {detail})",
-                state,
+                policy_state,
             )
         why = out.reason or f"policy {self.custom.name}"
-        new_state = {**state, "policy": out.state}
         if out.replicas == recommended:
-            return recommended, reason, f"{detail}; policy {self.custom.name} agreed", new_state
+            return recommended, reason, f"{detail}; policy {self.custom.name} agreed", out.state
         return (
             out.replicas,
             Reason.POLICY,
             f"{why} (recommended {recommended}: {detail})",
-            new_state,
+            out.state,
         )

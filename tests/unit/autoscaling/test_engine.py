@@ -8,8 +8,17 @@ import math
 
 import pytest
 
-from servectl.autoscaling import cel_policy, config, engine, queueing, signals
+from servectl.autoscaling import (
+    cel_policy,
+    config,
+    engine,
+    engine_learning,
+    engine_state,
+    queueing,
+    signals,
+)
 from servectl.autoscaling.decision import Reason
+from servectl.autoscaling.engine_state import EngineState
 from servectl.autoscaling.snapshot import RolloutInfo, Snapshot
 from servectl.testing import drive, make_snapshot
 
@@ -97,12 +106,12 @@ def test_overload_panics_past_the_rate_limit() -> None:
     # overloaded; the saturated CPU reading must not teach a 4 ms service time.
     # The rate limit alone would allow max(2 x 2, 2 + 4) = 6; panic goes straight to 15.
     policy = engine.EnginePolicy(cfg())
-    decision, state = policy.decide(
-        make_snapshot(current=2, rps=1000.0, cpu_usage_cores=4.0), {"service_s": 0.02}
+    decision, state = policy.step(
+        make_snapshot(current=2, rps=1000.0, cpu_usage_cores=4.0), EngineState(service_s=0.02)
     )
     assert decision.reason is Reason.PANIC
     assert decision.replicas == math.ceil(20.0 / 1.4)
-    assert state["panic_until"] == pytest.approx(1000.0 + 60.0)
+    assert state.panic_until == pytest.approx(1000.0 + 60.0)
 
 
 def test_no_scale_down_during_panic() -> None:
@@ -172,12 +181,13 @@ def test_stale_signals_count_as_missing() -> None:
 
 def test_recommend_mode_decides_but_does_not_act() -> None:
     policy = engine.EnginePolicy(cfg(mode=config.Mode.RECOMMEND))
-    decision, state = policy.decide(make_snapshot(current=4, rps=700.0, cpu_usage_cores=14.0), {})
+    snap = make_snapshot(current=4, rps=700.0, cpu_usage_cores=14.0)
+    decision, state = policy.step(snap, EngineState())
     assert decision.replicas == 4
     assert decision.recommended == 10
     assert decision.reason is Reason.RECOMMEND_ONLY
     assert "would set 10" in decision.detail
-    assert state["behavior"]["scale_events"] == []
+    assert state.behavior.scale_events == ()
 
 
 def test_latency_signal_sizes_with_erlang_c() -> None:
@@ -209,21 +219,21 @@ def test_latency_over_aim_shrinks_the_budget_and_grows_the_proposal() -> None:
     # Observed p99 (200 ms) far above the aim (0.8 x 150 ms): the learnt wait budget
     # shrinks, so the latency proposal grows.
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.1}
-    first, state = policy.decide(_steady(1000.0, 200.0), state)
+    state = EngineState(service_s=0.02, wait_budget_s=0.1)
+    first, state = policy.step(_steady(1000.0, 200.0), state)
     for t in range(1, 60):
-        later, state = policy.decide(_steady(1000.0 + 2 * t, 200.0), state)
-    assert state["wait_budget_s"] < 0.05  # type: ignore[operator]
+        later, state = policy.step(_steady(1000.0 + 2 * t, 200.0), state)
+    assert state.wait_budget_s is not None and state.wait_budget_s < 0.05
     assert later.proposals["latency_p99"] > first.proposals["latency_p99"]
 
 
 def test_latency_well_under_aim_near_the_budget_grows_the_budget() -> None:
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
     # 600 req/s on 12 replicas: 50 req/s each, modelled p99 wait ~70 ms, near the budget.
-    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.08}
+    state = EngineState(service_s=0.02, wait_budget_s=0.08)
     for t in range(60):
-        _, state = policy.decide(_steady(1000.0 + 2 * t, 60.0), state)
-    assert state["wait_budget_s"] > 0.08  # type: ignore[operator]
+        _, state = policy.step(_steady(1000.0 + 2 * t, 60.0), state)
+    assert state.wait_budget_s is not None and state.wait_budget_s > 0.08
 
 
 def test_latency_transients_teach_nothing() -> None:
@@ -231,28 +241,29 @@ def test_latency_transients_teach_nothing() -> None:
     # start, not the service's nature; the budget must not move, and it must not move
     # for SETTLE_S after either.
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.1}
+    state = EngineState(service_s=0.02, wait_budget_s=0.1)
     snap = make_snapshot(
         1000.0, current=14, ready=12, rps=600.0, cpu_usage_cores=12.0, latency_ms={"p99": 5000.0}
     )
-    _, state = policy.decide(snap, state)
-    assert state["wait_budget_s"] == 0.1
-    _, state = policy.decide(_steady(1000.0 + engine.SETTLE_S - 2, 5000.0, current=14), state)
-    assert state["wait_budget_s"] == 0.1
-    _, state = policy.decide(_steady(1000.0 + engine.SETTLE_S + 2, 5000.0, current=14), state)
-    assert state["wait_budget_s"] < 0.1  # type: ignore[operator]
+    _, state = policy.step(snap, state)
+    assert state.wait_budget_s == 0.1
+    settle_s = engine_learning.SETTLE_S
+    _, state = policy.step(_steady(1000.0 + settle_s - 2, 5000.0, current=14), state)
+    assert state.wait_budget_s == 0.1
+    _, state = policy.step(_steady(1000.0 + settle_s + 2, 5000.0, current=14), state)
+    assert state.wait_budget_s is not None and state.wait_budget_s < 0.1
 
 
 def test_first_budget_is_calibrated_on_the_first_observation() -> None:
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    _, state = policy.decide(_steady(1000.0, 65.0), {"service_s": 0.02})
+    _, state = policy.step(_steady(1000.0, 65.0), EngineState(service_s=0.02))
     wait = queueing.wait_quantile_s(50.0, 0.02, 2, 0.99)
     prior = wait + 0.12 - 0.065
     # The same tick learns from it: 65 ms is under 0.9 x the 120 ms aim with the modelled
     # wait a real share of the budget, so the budget grows by the room over one tick.
-    assert wait >= engine.BUDGET_EVIDENCE * prior
-    grown = prior + (0.9 * 0.12 - 0.065) / engine.BUDGET_LEARN_S * 2.0
-    assert state["wait_budget_s"] == pytest.approx(grown)
+    assert wait >= engine_learning.BUDGET_EVIDENCE * prior
+    grown = prior + (0.9 * 0.12 - 0.065) / engine_learning.BUDGET_LEARN_S * 2.0
+    assert state.wait_budget_s == pytest.approx(grown)
 
 
 def test_rising_load_is_projected_one_cold_start_ahead() -> None:
@@ -330,12 +341,12 @@ def test_min_above_max_is_rejected() -> None:
 
 def test_service_time_is_learnt_from_cpu_per_request() -> None:
     policy = engine.EnginePolicy(cfg())
-    state: dict[str, object] = {}
+    state = EngineState()
     for i in range(60):
-        _, state = policy.decide(
+        _, state = policy.step(
             make_snapshot(1000.0 + 2 * i, current=10, rps=500.0, cpu_usage_cores=15.0), state
         )
-    assert state["service_s"] == pytest.approx(0.03)
+    assert state.service_s == pytest.approx(0.03)
 
 
 def test_no_ready_replicas_with_load_panics_up() -> None:
@@ -419,10 +430,10 @@ def test_least_request_never_sizes_a_backlog_above_the_round_robin_drain() -> No
 
 def test_drain_overshoot_is_not_remembered_by_the_scale_down_window() -> None:
     policy = engine.EnginePolicy(cfg())
-    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
-    decision, state = policy.decide(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
+    state = EngineState(service_s=0.02, inflight=(998.0, 10.0))
+    decision, state = policy.step(_overloaded(1000.0, 3, 3, inflight=1010.0), state)
     assert decision.replicas == 26
-    remembered = [r for _, r in state["behavior"]["recommendations"]]  # type: ignore[index]
+    remembered = [r for _, r in state.behavior.recommendations]
     # The load alone (800 req/s x 20 ms / 1.4 cores) asks for 12; that is what is kept.
     assert remembered == [12]
 
@@ -454,7 +465,7 @@ def test_burst_memory_stands_capacity_for_the_recent_peak(kind: str) -> None:
     assert decision.proposals["burst"] == pytest.approx(10.0)
     assert (decision.replicas, decision.signal) == (10, "burst")
     assert "peak 700 req/s" in decision.detail
-    assert [700.0, 700.0] in after["peaks"]
+    assert (700.0, 700.0) in engine_state.from_dict(after).peaks
     # One event is no pattern: the peak does not hold (10 -> 5, the down rate limit).
     one = {"service_s": 0.02, kind: [850.0], "peaks": [[700.0, 700.0]]}
     plain, _ = policy.decide(snap, one)
@@ -468,7 +479,7 @@ def test_a_peak_older_than_the_window_is_forgotten() -> None:
     state = {"service_s": 0.02, "panics": [700.0, 850.0], "peaks": [[old, 700.0], "junk"]}
     decision, after = policy.decide(snap, state)
     assert "burst" not in decision.proposals
-    assert after["peaks"] == [[1000.0, 140.0]]
+    assert engine_state.from_dict(after).peaks == ((1000.0, 140.0),)
 
 
 def test_a_surge_counts_again_only_after_the_rate_came_back_down() -> None:
@@ -477,14 +488,14 @@ def test_a_surge_counts_again_only_after_the_rate_came_back_down() -> None:
     # again: the second surge turns burst memory on.
     policy = engine.EnginePolicy(cfg())
     plan = [100.0] * 20 + [200.0] * 30 + [400.0] * 30 + [100.0] * 30 + [200.0] * 5
-    state: dict[str, object] = {"service_s": 0.02}
+    state = EngineState(service_s=0.02)
     surges: list[int] = []
     for i, rps in enumerate(plan):
         t = 1000.0 + 2 * i
-        _, state = policy.decide(
+        _, state = policy.step(
             make_snapshot(t, current=4, rps=rps, cpu_usage_cores=rps * 0.02), state
         )
-        surges.append(len(state["surges"]))  # type: ignore[arg-type]
+        surges.append(len(state.surges))
     assert surges[19] == 0 and surges[20] == 1
     assert surges[79] == 1  # the staged ramp to 400: still one
     assert surges[-1] == 2
@@ -538,44 +549,48 @@ def test_the_budget_learns_nothing_from_a_low_latency_at_a_low_modelled_wait() -
     # 120 req/s on 12 replicas (10 each): the modelled wait is ~0 against the 80 ms
     # budget, so a low observed p99 only shows spare capacity.
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.08}
+    state = EngineState(service_s=0.02, wait_budget_s=0.08)
     for t in range(30):
         snap = make_snapshot(
             1000.0 + 2 * t, current=12, rps=120.0, cpu_usage_cores=2.4, latency_ms={"p99": 40.0}
         )
-        _, state = policy.decide(snap, state)
-    assert state["wait_budget_s"] == 0.08
+        _, state = policy.step(snap, state)
+    assert state.wait_budget_s == 0.08
 
 
 def test_the_budget_grows_by_the_room_under_the_aim() -> None:
     # 600 req/s on 12 replicas: the modelled wait is a real share of the 80 ms budget.
     # Observed 60 ms under 0.9 x 120 ms: the budget grows by (108 - 60) / 30 s per second.
     policy = engine.EnginePolicy(cfg(signals=(P99,)))
-    state: dict[str, object] = {"service_s": 0.02, "wait_budget_s": 0.08}
-    _, state = policy.decide(_steady(1000.0, 60.0), state)
-    _, state = policy.decide(_steady(1002.0, 60.0), state)
-    step = (0.9 * 0.12 - 0.06) / engine.BUDGET_LEARN_S * 2.0
-    assert state["wait_budget_s"] == pytest.approx(0.08 + 2 * step)
+    state = EngineState(service_s=0.02, wait_budget_s=0.08)
+    _, state = policy.step(_steady(1000.0, 60.0), state)
+    _, state = policy.step(_steady(1002.0, 60.0), state)
+    step = (0.9 * 0.12 - 0.06) / engine_learning.BUDGET_LEARN_S * 2.0
+    assert state.wait_budget_s == pytest.approx(0.08 + 2 * step)
     # It stops once the modelled wait at this load (70 ms) is no longer a real share of
     # the budget: there is no evidence for more.
     for t in range(2, 400):
-        _, state = policy.decide(_steady(1000.0 + 2 * t, 60.0), state)
+        _, state = policy.step(_steady(1000.0 + 2 * t, 60.0), state)
     wait = queueing.wait_quantile_s(50.0, 0.02, 2, 0.99)
-    budget = state["wait_budget_s"]
+    budget = state.wait_budget_s
     assert isinstance(budget, float)
-    assert wait / engine.BUDGET_EVIDENCE <= budget <= wait / engine.BUDGET_EVIDENCE + step
-    assert budget < engine.BUDGET_MAX * 0.15
+    assert (
+        wait / engine_learning.BUDGET_EVIDENCE
+        <= budget
+        <= wait / engine_learning.BUDGET_EVIDENCE + step
+    )
+    assert budget < engine_learning.BUDGET_MAX * 0.15
 
 
 def test_a_regrow_is_recorded() -> None:
     policy = engine.EnginePolicy(cfg())
-    state: dict[str, object] = {"service_s": 0.02, "direction": -1}
-    decision, state = policy.decide(
+    state = EngineState(service_s=0.02, direction=-1)
+    decision, state = policy.step(
         make_snapshot(1000.0, current=4, rps=700.0, cpu_usage_cores=14.0), state
     )
     assert decision.replicas == 10
-    assert state["regrets"] == [1000.0]
-    assert state["direction"] == 1
+    assert state.regrets == (1000.0,)
+    assert state.direction == 1
 
 
 def test_a_panic_for_a_step_the_load_holds_is_no_burst() -> None:

@@ -191,7 +191,8 @@ def test_the_per_bucket_memo_gives_what_the_forecaster_gives_every_tick(
         assert decision.forecast is not None
         fresh = real(history, FCFG, t, 32.0)
         assert (
-            policy._forecast(policy._load_history(state["forecast"], FCFG), FCFG, t, 32.0) == fresh
+            policy._forecast(policy._learner.load_history(state["forecast"], FCFG), FCFG, t, 32.0)
+            == fresh
         )
         t += 2.0
         ticks += 1

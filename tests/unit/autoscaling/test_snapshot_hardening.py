@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from servectl.autoscaling import config, engine, hpa, kpa, queueing, snapshot
+from servectl.autoscaling import config, engine, engine_state, hpa, kpa, queueing, snapshot
 from servectl.autoscaling.decision import Reason
 
 NON_FINITE = [math.inf, -math.inf, math.nan]
@@ -272,7 +272,7 @@ def test_a_zero_service_time_never_divides() -> None:
         {"time": 100.0, "replicas": {"current": 2, "ready": 2}, "signals": steady}
     )
     _, state = policy.decide(first, {})
-    assert state["service_s"] is None
+    assert engine_state.from_dict(state).service_s is None
     queued = {**steady, "concurrency": 100.0}
     later = snapshot.from_dict(
         {"time": 102.0, "replicas": {"current": 2, "ready": 0}, "signals": queued}
