@@ -1,7 +1,9 @@
 """The coordination planner: every revision's replicas and the weights, from the
 autoscaler's demand, the rollout's intent and what the backend observed (DESIGN §4).
 
-One call per cycle, pure. The rules, and where each is enforced:
+One call per cycle, pure; its steps read the cycle's inputs (demand, costs, ready
+replicas, ...) from one :class:`_Cycle` value built at its start. The rules, and where
+each is enforced:
 
 1. Scale first, then shift (:func:`_shift`): a revision's share of traffic rises only
    as far as its *ready* replicas can carry at its own per-request cost, and only once
@@ -41,7 +43,7 @@ One call per cycle, pure. The rules, and where each is enforced:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from servectl.planning.types import Observed, ObservedRevision, Plan, PlanReason, RevisionPlan
@@ -58,8 +60,6 @@ SHRINK_TOLERANCE = 0.05
 CARRY_TOLERANCE = 0.1
 """A revision gives weight back only when its ready replicas no longer carry 90 % of its
 share: noise in the cost estimate never makes the weights flap."""
-
-_Needs = Callable[[str, float], int]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,32 @@ class Limits:
     min_replicas: int = 1
     max_replicas: int = 100
     surge_replicas: int | None = None  # None: no budget
+
+
+@dataclass(frozen=True)
+class _Cycle:
+    """What every step of one :func:`plan` call reads, built once at its start."""
+
+    intent: Intent
+    observed: Observed
+    state: PlannerState
+    limits: Limits
+    versions: Mapping[str, int]  # revision name -> model version
+    stable: str
+    now: float
+    #: Share of all requests the A/B header matches (measured, smoothed).
+    hs: float
+    ready: Mapping[str, int]
+    available: Mapping[str, bool]
+    #: The autoscaler's demand, each revision's relative cost and the current mix of
+    #: the two: what :meth:`needs` sizes with (rule 3).
+    demand: int
+    costs: Mapping[str, float]
+    mix: float
+
+    def needs(self, name: str, share: float) -> int:
+        """Replicas ``name`` needs for ``share`` of all requests (:func:`need`)."""
+        return need(self.demand, share, self.costs.get(name, 1.0), self.mix)
 
 
 def _effective(weights: Mapping[str, int], header: str | None, hs: float) -> dict[str, float]:
@@ -172,9 +198,21 @@ def plan(
     current_shares = _effective(current_weights, current_header, hs)
     mix = sum(share * costs.get(name, 1.0) for name, share in current_shares.items())
 
-    def needs(name: str, share: float) -> int:
-        return need(demand, share, costs.get(name, 1.0), mix)
-
+    cycle = _Cycle(
+        intent=intent,
+        observed=observed,
+        state=state,
+        limits=limits,
+        versions=versions,
+        stable=stable,
+        now=now,
+        hs=hs,
+        ready=ready,
+        available=available,
+        demand=demand,
+        costs=costs,
+        mix=mix,
+    )
     notes: dict[str, tuple[PlanReason, str]] = {}
     # A canary failing hard loses its traffic at once, onto a stable that serves: one with
     # no ready replica (drained to 0 after a setWeight 100 step) would lose every request,
@@ -189,23 +227,9 @@ def plan(
     elif not observed.metrics_ok and not intent.abort:
         new_weights, new_header = dict(current_weights), current_header
     else:
-        new_header = _route_header(
-            current_header, target_header, current_weights, hs, ready, available, needs, notes
-        )
-        new_weights = _shift(
-            current_weights,
-            target_weights,
-            new_header,
-            hs,
-            ready,
-            available,
-            needs,
-            notes,
-            stable,
-        )
-        new_weights = _carry_back(
-            new_weights, new_header, hs, ready, available, needs, notes, stable
-        )
+        new_header = _route_header(cycle, current_header, target_header, current_weights, notes)
+        new_weights = _shift(cycle, current_weights, target_weights, new_header, notes)
+        new_weights = _carry_back(cycle, new_weights, new_header, notes)
     new_shares = _effective(new_weights, new_header, hs)
     target_shares = _effective(target_weights, target_header, hs)
     # Lowered shares start (or restart) the drain clock.
@@ -231,21 +255,13 @@ def plan(
         key=lambda n: (n != stable, n),
     )
     replicas, reasons = _replicas(
+        cycle,
         names_all,
-        intent=intent,
-        observed=observed,
-        state=state,
         new_shares=new_shares,
         target_shares=target_shares,
         lowered_at=lowered_at,
         hold_s=hold_s,
         held_share=held_share,
-        needs=needs,
-        ready=ready,
-        limits=limits,
-        versions=versions,
-        stable=stable,
-        now=now,
     )
     for name, (code, text) in notes.items():
         own = reasons.get(name)
@@ -307,18 +323,16 @@ def plan(
 
 
 def _route_header(
+    cycle: _Cycle,
     current: str | None,
     target: str | None,
     weights: Mapping[str, int],
-    hs: float,
-    ready: Mapping[str, int],
-    available: Mapping[str, bool],
-    needs: _Needs,
     notes: dict[str, tuple[PlanReason, str]],
 ) -> str | None:
     """Move the A/B header route when the revision receiving it can carry it."""
     if current == target:
         return current
+    hs, ready, available, needs = cycle.hs, cycle.ready, cycle.available, cycle.needs
     after = _effective(weights, target, hs)
     gaining = [
         (name, share)
@@ -337,19 +351,17 @@ def _route_header(
 
 
 def _shift(
+    cycle: _Cycle,
     current: Mapping[str, int],
     target: Mapping[str, int],
     header: str | None,
-    hs: float,
-    ready: Mapping[str, int],
-    available: Mapping[str, bool],
-    needs: _Needs,
     notes: dict[str, tuple[PlanReason, str]],
-    stable: str,
 ) -> dict[str, int]:
     """Move weights toward ``target`` as far as the receivers' ready capacity allows."""
     if dict(current) == dict(target):
         return dict(current)
+    hs, ready, available, needs = cycle.hs, cycle.ready, cycle.available, cycle.needs
+    stable = cycle.stable
     matched = hs if header is not None else 0.0
     allowed: dict[str, int] = {}
     for name, goal in target.items():
@@ -392,14 +404,10 @@ def _shift(
 
 
 def _carry_back(
+    cycle: _Cycle,
     weights: Mapping[str, int],
     header: str | None,
-    hs: float,
-    ready: Mapping[str, int],
-    available: Mapping[str, bool],
-    needs: _Needs,
     notes: dict[str, tuple[PlanReason, str]],
-    stable: str,
 ) -> dict[str, int]:
     """Give back what a revision's ready replicas no longer carry (rule 1, both ways).
 
@@ -410,6 +418,8 @@ def _carry_back(
     itself); the rollout's target is unchanged, so the weight comes back as the
     revision's own replicas become ready.
     """
+    hs, ready, available, needs = cycle.hs, cycle.ready, cycle.available, cycle.needs
+    stable = cycle.stable
     result = dict(weights)
     if stable not in result or not available.get(stable, False):
         return result
@@ -449,23 +459,17 @@ def _carry_back(
 
 
 def _replicas(
+    cycle: _Cycle,
     names: list[str],
     *,
-    intent: Intent,
-    observed: Observed,
-    state: PlannerState,
     new_shares: Mapping[str, float],
     target_shares: Mapping[str, float],
     lowered_at: Mapping[str, float],
     hold_s: Mapping[str, float],
     held_share: Mapping[str, float],
-    needs: _Needs,
-    ready: Mapping[str, int],
-    limits: Limits,
-    versions: Mapping[str, int],
-    stable: str,
-    now: float,
 ) -> tuple[dict[str, int], dict[str, tuple[PlanReason, str]]]:
+    intent, observed, state, limits = cycle.intent, cycle.observed, cycle.state, cycle.limits
+    versions, stable, now, needs = cycle.versions, cycle.stable, cycle.now, cycle.needs
     replicas: dict[str, int] = {}
     reasons: dict[str, tuple[PlanReason, str]] = {}
     base: dict[str, int] = {}
@@ -597,5 +601,4 @@ def _replicas(
                 PlanReason.SIZED,
                 f"{count} replicas for {share * 100:.0f} % of requests",
             )
-    del ready
     return replicas, reasons
