@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 Migration = tuple[str, ...]
 """One schema step: SQL statements run in order, in the upgrade's transaction."""
@@ -333,72 +333,67 @@ class Store:
 
     # ---- status and loop state ----------------------------------------------------------
 
-    def put_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], *, now: float | None = None
+    # One document per service in each of three tables (table -> its column); a write
+    # replaces it. Names from this constant only, never from input, go into the SQL.
+    _PER_SERVICE: ClassVar[Mapping[str, str]] = {
+        "status": "status",
+        "loop_state": "state",
+        "runtime": "data",
+    }
+
+    def _put_per_service(
+        self, table: str, namespace: str, name: str, text: str, now: float | None
     ) -> None:
-        text = _dumps(status, f"status of {namespace}/{name}")
+        column = self._PER_SERVICE[table]
         now = time.time() if now is None else now
         with self._write() as conn:
             sid = self._service_id(conn, namespace, name)
             conn.execute(
-                "INSERT INTO status (service_id, status, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (service_id) DO UPDATE SET status = excluded.status, "
+                f"INSERT INTO {table} (service_id, {column}, updated) VALUES (?, ?, ?) "
+                f"ON CONFLICT (service_id) DO UPDATE SET {column} = excluded.{column}, "
                 "updated = excluded.updated",
                 (sid, text, now),
             )
 
-    def get_status(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get_per_service(self, table: str, namespace: str, name: str) -> str | None:
+        column = self._PER_SERVICE[table]
         rows = self._read(
-            "SELECT st.status FROM status st JOIN services s ON s.id = st.service_id "
+            f"SELECT t.{column} FROM {table} t JOIN services s ON s.id = t.service_id "
             "WHERE s.namespace = ? AND s.name = ?",
             (namespace, name),
         )
-        return _loads_object(rows[0][0], f"status of {namespace}/{name}") if rows else None
+        return str(rows[0][0]) if rows else None
+
+    def put_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], *, now: float | None = None
+    ) -> None:
+        text = _dumps(status, f"status of {namespace}/{name}")
+        self._put_per_service("status", namespace, name, text, now)
+
+    def get_status(self, namespace: str, name: str) -> dict[str, Any] | None:
+        text = self._get_per_service("status", namespace, name)
+        return None if text is None else _loads_object(text, f"status of {namespace}/{name}")
 
     def put_loop_state(
         self, namespace: str, name: str, text: str, *, now: float | None = None
     ) -> None:
         """Save the loop state text (``servectl.controller.state.dumps``), unparsed."""
-        now = time.time() if now is None else now
-        with self._write() as conn:
-            sid = self._service_id(conn, namespace, name)
-            conn.execute(
-                "INSERT INTO loop_state (service_id, state, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (service_id) DO UPDATE SET state = excluded.state, "
-                "updated = excluded.updated",
-                (sid, text, now),
-            )
+        self._put_per_service("loop_state", namespace, name, text, now)
 
     def get_loop_state(self, namespace: str, name: str) -> str | None:
-        rows = self._read(
-            "SELECT l.state FROM loop_state l JOIN services s ON s.id = l.service_id "
-            "WHERE s.namespace = ? AND s.name = ?",
-            (namespace, name),
-        )
-        return str(rows[0][0]) if rows else None
+        return self._get_per_service("loop_state", namespace, name)
 
     def put_runtime(
         self, namespace: str, name: str, data: Mapping[str, Any], *, now: float | None = None
     ) -> None:
         """Save the runtime's own record of the service (ports, revisions as applied)."""
         text = _dumps(data, f"runtime record of {namespace}/{name}")
-        now = time.time() if now is None else now
-        with self._write() as conn:
-            sid = self._service_id(conn, namespace, name)
-            conn.execute(
-                "INSERT INTO runtime (service_id, data, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (service_id) DO UPDATE SET data = excluded.data, "
-                "updated = excluded.updated",
-                (sid, text, now),
-            )
+        self._put_per_service("runtime", namespace, name, text, now)
 
     def get_runtime(self, namespace: str, name: str) -> dict[str, Any] | None:
-        rows = self._read(
-            "SELECT r.data FROM runtime r JOIN services s ON s.id = r.service_id "
-            "WHERE s.namespace = ? AND s.name = ?",
-            (namespace, name),
-        )
-        return _loads_object(rows[0][0], f"runtime record of {namespace}/{name}") if rows else None
+        text = self._get_per_service("runtime", namespace, name)
+        where = f"runtime record of {namespace}/{name}"
+        return None if text is None else _loads_object(text, where)
 
     def all_runtime(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Every service's runtime record, by (namespace, name)."""
