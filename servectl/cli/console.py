@@ -65,7 +65,15 @@ def resolve(output: Output, as_json: bool = False) -> Output:
 
 
 class _Console(Console):
-    """A rich console that, outside a terminal, prints whole lines and whole tables."""
+    """A rich console that, outside a terminal, prints whole lines and whole tables.
+
+    ``$COLUMNS`` is a terminal's width, not a pipe's: GNU readline exports it (80 when
+    it cannot tell) in whatever process loads it, and every child inherits it, so it is
+    read only while printing to a terminal. A width set on the console itself holds."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr)
+        self._width = None  # not $COLUMNS: rich reads it again for a terminal
 
     @property
     def size(self) -> ConsoleDimensions:

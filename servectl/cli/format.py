@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -51,6 +52,30 @@ def ratio(value: float | None) -> str:
 
 def seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f} s"
+
+
+def age(seconds: float | None) -> str:
+    """kubectl's AGE: ``45s``, ``12m``, ``5h``, ``3d``."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def clock_time(t: float) -> str:
+    """Seconds since the epoch as this machine's ``HH:MM:SS``."""
+    return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def num(value: Any, fmt: str = "{:.1f}") -> str:
+    """``value`` formatted, or ``-`` when there is none."""
+    return "-" if value is None else fmt.format(value)
 
 
 def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str]]:

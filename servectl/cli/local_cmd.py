@@ -15,12 +15,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from servectl.cli import console
 from servectl.cli.console import Output, err, fail, out
+
+if TYPE_CHECKING:
+    from servectl.backends.local.client import LocalClient
 
 STATE_DIR_HELP = (
     "The local runtime's directory (store, replicas, HAProxy, Prometheus, logs). "
@@ -38,7 +41,7 @@ def state_dir(value: Path | None) -> Path:
     return (value or default_state_dir()).expanduser().resolve()
 
 
-def _client(directory: Path) -> Any:
+def _client(directory: Path) -> LocalClient:
     from servectl.backends.local.client import LocalClient
     from servectl.backends.local.store import StoreError
 

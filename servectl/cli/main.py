@@ -12,7 +12,18 @@ import typer
 from rich.markup import escape
 
 from servectl import __version__
-from servectl.cli import bench_cmd, demo_cmd, local_cmd, service_cmd, simulate_cmd, spec_cmd
+from servectl.cli import (
+    bench_cmd,
+    demo_cmd,
+    deploy_cmd,
+    events_cmd,
+    get_cmd,
+    lifecycle_cmd,
+    local_cmd,
+    rollout_verbs,
+    simulate_cmd,
+    spec_cmd,
+)
 from servectl.cli.console import err, out
 from servectl.cli.exporter_cmd import exporter_app
 from servectl.cli.loadtest_cmd import loadtest
@@ -44,7 +55,17 @@ app.add_typer(crds_app, name="crds")
 # Commands in the order a new user meets them; groups follow them in --help.
 app.command()(demo_cmd.demo)
 app.command()(local_cmd.up)
-service_cmd.register(app, rollout_app)
+# The service verbs, one module per verb group, each written once for both runtimes.
+app.command()(deploy_cmd.deploy)
+app.command()(get_cmd.get)
+app.command()(get_cmd.describe)
+app.command()(get_cmd.explain)
+app.command()(lifecycle_cmd.scale)
+app.command()(lifecycle_cmd.delete)
+app.command()(events_cmd.events)
+app.command()(events_cmd.logs)
+app.command()(get_cmd.top)
+rollout_verbs.register(rollout_app)
 app.command()(local_cmd.status)
 app.command()(local_cmd.down)
 app.command()(local_cmd.doctor)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.markup import escape
 
 from servectl.cli import console
@@ -33,6 +32,8 @@ _fail = console.fail
 
 def load_config(path: Path | None, namespaces: list[str] | None = None) -> Any:
     """Read and validate a metrics config file; errors name the field."""
+    import yaml  # here, not at the top: every servectl command imports this module
+
     from servectl.metrics.config import MetricsConfig, MetricsConfigError, parse_config
     from servectl.metrics.promql import TemplateError, check_templates
 

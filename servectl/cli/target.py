@@ -1,25 +1,31 @@
-"""Which runtime a service verb talks to: the local runtime, or a cluster (``--context``).
+"""Which runtime a service verb talks to, and the client for it: the local runtime, or a
+cluster (``--context``).
 
 A verb works on a Kubernetes cluster when it is given ``--context NAME`` or
 ``--kubeconfig PATH`` (that file's current context), or when ``$SERVECTL_CONTEXT`` names a
 context and no ``--state-dir`` says otherwise; else on the local runtime, exactly as
 before. On a cluster the namespace is ``-n``, else the context's, else ``default``.
+
+:func:`session` opens the one or the other as a
+:class:`servectl.backends.client.ServiceClient`, so that each verb is written once; the
+verb never asks which it got.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from servectl.cli.console import fail
+from servectl.cli.local_cmd import StateDirOption, _client, state_dir
 
 if TYPE_CHECKING:
-    from servectl.backends.kubernetes.client import ClientError, KubeClient
+    from servectl.backends.client import ClientError, ServiceClient
 
 CONTEXT_ENV = "SERVECTL_CONTEXT"
 PANEL = "Kubernetes"
@@ -45,41 +51,26 @@ KubeconfigOption = Annotated[
         show_default=False,
     ),
 ]
-
-
-@dataclass
-class Cluster:
-    """A verb's cluster: the client, the namespace it works in, how to say it to kubectl."""
-
-    client: KubeClient
-    namespace: str
-    context: str | None
-    kubeconfig: Path | None
-    _closed: bool = False
-
-    def flags(self) -> str:
-        """``--kubeconfig P --context C`` as given, for commands printed to the user."""
-        parts: list[str] = []
-        if self.kubeconfig is not None:
-            parts += ["--kubeconfig", str(self.kubeconfig)]
-        if self.context is not None:
-            parts += ["--context", self.context]
-        return shlex.join(parts)
-
-    def kubectl(self, *args: str, ns: bool = True) -> str:
-        """A kubectl command line for the same cluster (and namespace, with ``ns``)."""
-        where = shlex.join(["-n", self.namespace]) if ns else ""
-        return " ".join(p for p in ("kubectl", self.flags(), where, shlex.join(args)) if p)
-
-    def servectl(self, *args: str) -> str:
-        flags = self.flags()
-        ns = shlex.join(["-n", self.namespace])
-        return " ".join(p for p in ("servectl", shlex.join(args), ns, flags) if p)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.client.close()
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "-n",
+        "--namespace",
+        help="The service's namespace (default: default; on a cluster, the context's).",
+        show_default=False,
+    ),
+]
+NameArg = Annotated[str, typer.Argument(help="The ModelService's name.")]
+__all__ = [
+    "ContextOption",
+    "KubeconfigOption",
+    "NameArg",
+    "NamespaceOption",
+    "StateDirOption",
+    "refused",
+    "session",
+    "wanted",
+]
 
 
 def wanted(context: str | None, kubeconfig: Path | None, state: Path | None) -> bool:
@@ -95,26 +86,40 @@ def wanted(context: str | None, kubeconfig: Path | None, state: Path | None) -> 
     return True
 
 
-def cluster(
-    context: str | None,
-    kubeconfig: Path | None,
-    namespace: str | None,
-    state: Path | None,
-) -> Cluster | None:
-    """The cluster the options name, or None for the local runtime."""
+def open_client(state: Path | None, context: str | None, kubeconfig: Path | None) -> ServiceClient:
+    """The client the options name: a cluster's, else the local runtime's."""
     if not wanted(context, kubeconfig, state):
-        return None
+        client: ServiceClient = _client(state_dir(state))
+        return client
     if context is None and kubeconfig is None:
         context = os.environ.get(CONTEXT_ENV) or None
     from servectl.backends.kubernetes.client import ClientError, KubeClient
 
     try:
-        client = KubeClient.connect(str(kubeconfig) if kubeconfig is not None else None, context)
+        cluster = KubeClient.connect(str(kubeconfig) if kubeconfig is not None else None, context)
     except ClientError as exc:
         raise refused(exc) from None
-    return Cluster(client, namespace or client.namespace, client.context, kubeconfig)
+    cluster.kubeconfig = kubeconfig
+    return cluster
+
+
+@contextmanager
+def session(
+    state: Path | None, context: str | None, kubeconfig: Path | None
+) -> Iterator[ServiceClient]:
+    """:func:`open_client`, closed on the way out; a refusal inside becomes
+    ``error: ...`` and its exit status (:func:`refused`)."""
+    from servectl.backends.client import ClientError
+
+    client = open_client(state, context, kubeconfig)
+    try:
+        yield client
+    except ClientError as exc:
+        raise refused(exc) from None
+    finally:
+        client.close()
 
 
 def refused(exc: ClientError) -> typer.Exit:
-    """A cluster's refusal as ``error: ...``: exit 2 for bad input, 1 for the cluster."""
-    return fail(str(exc), 1 if exc.environment else 2)
+    """A runtime's refusal as ``error: ...``: exit 2 for bad input, 1 for the runtime."""
+    return fail(str(exc), exc.exit_code)

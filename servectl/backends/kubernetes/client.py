@@ -1,9 +1,12 @@
-"""What the CLI does to a cluster: the local runtime's verbs on ``ModelService`` resources.
+"""What the CLI does to a cluster: :class:`servectl.backends.client.ServiceClient` over
+``ModelService`` resources.
 
-:class:`KubeClient` mirrors ``servectl.backends.local.client.LocalClient`` (same method
-names, same kinds of results, a :class:`ClientError` whose message names the field or the
-fix), but over the API server instead of the local store. The CLI never talks to the
-controller: it writes the resource and reads its ``status`` and Events back.
+:class:`KubeClient` is the local runtime's ``LocalClient`` over the API server instead of
+the local store: the same protocol, the same values, a :class:`ClientError` whose message
+names the field or the fix. The CLI never talks to the controller: it writes the resource
+and reads its ``status`` and Events back. ``logs`` and ``top`` read the local runtime's
+files and per-cycle signals, which a cluster does not keep: here they raise
+:class:`~servectl.backends.client.Elsewhere` naming the kubectl command to use instead.
 
 - **deploy**: checked first exactly as on the local runtime (the resource model, the CEL
   policy with the namespace's ScalingPolicies), except that the model is not looked for on
@@ -29,14 +32,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from servectl.api import models, validation
+from servectl.backends import client as protocol
+from servectl.backends.client import ClientError as ClientError  # the CLI catches it here too
+from servectl.backends.client import Deployed as Deployed
+from servectl.backends.client import RolloutRequest as RolloutRequest
+from servectl.backends.client import timestamp as timestamp
 from servectl.backends.kubernetes import objects as obj
 from servectl.backends.kubernetes.backend import parse as parse  # the CLI reads it here
 from servectl.backends.kubernetes.kube import (
@@ -56,6 +64,8 @@ FIELD_MANAGER = "servectl-cli"
 """The CLI's field manager: it owns the spec fields it applies, the controller the status."""
 DEFAULT_NAMESPACE = "default"
 REQUEST_TIMEOUT_S = 15.0
+POLL_S = 2.0
+"""How often --watch and --follow read the cluster (the controller's cycle is 5 s)."""
 CRD_HINT = (
     "install the CRDs: kubectl apply --server-side -f deploy/crds/ "
     "(or helm install servectl deploy/helm/servectl)"
@@ -65,66 +75,15 @@ HISTORY_NOTE = (
     "is the current (or last) rollout from status.rollout, and `servectl events NAME` lists "
     "each phase change"
 )
+EXPLAIN_CONDITIONS = ("MetricsAvailable", "ScalingLimited", "Ready")
+"""The conditions ``explain`` shows beside the decision in status."""
+CONTROLLER_PODS = ("get", "pods", "-A", "-l", "app.kubernetes.io/name=servectl")
 
 
-class ClientError(ValueError):
-    """A request servectl or the cluster refuses; the message names the field or the fix.
-
-    ``environment``: the cluster, not the input, is the problem (unreachable, credentials,
-    permissions, CRDs missing), so the CLI exits 1 rather than 2 (bad input)."""
-
-    def __init__(self, message: str, *, environment: bool = False) -> None:
-        super().__init__(message)
-        self.environment = environment
-
-
-@dataclass(frozen=True)
-class Deployed:
-    namespace: str
-    name: str
-    generation: int
-    created: bool
-    rollout_to: int | None  # the version a rollout was requested to, if any
-    changed: bool = True  # False: the cluster already had exactly this
-
-
-@dataclass(frozen=True)
-class ServiceRow:
-    """One ModelService as listed: what ``LocalClient.services`` rows carry, plus status."""
-
-    namespace: str
-    name: str
-    spec: dict[str, Any]  # the resource without status and server bookkeeping
-    status: dict[str, Any]
-    generation: int
-    updated: float  # creation time (seconds since the epoch), for AGE
-
-    @property
-    def document(self) -> dict[str, Any]:
-        """The whole resource (spec and status), as ``get -o json|yaml`` prints it."""
-        return {**self.spec, "status": self.status}
-
-
-@dataclass(frozen=True)
-class KubeEvent:
-    """A core v1 Event about a ModelService, in ``StoredEvent``'s shape (``id`` is its name)."""
-
-    id: str
-    time: float
-    type: str
-    reason: str
-    message: str
-    count: int = 1
-
-
-@dataclass(frozen=True)
-class RolloutRequest:
-    """What ``rollout`` wrote: a command annotation (``id``) or a new spec version."""
-
-    op: Op
-    version: int | None
-    id: str | None  # None: a start written as spec.model.version (no command)
-    replaced: str | None = None  # a previous command not yet carried out, now replaced
+ServiceRow = protocol.ServiceSummary
+"""One ModelService as listed (no endpoints: a cluster's are its Gateway's)."""
+KubeEvent = protocol.EventRecord
+"""A core v1 Event about a ModelService (``id`` is its name)."""
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -156,16 +115,6 @@ def pending_command(doc: Mapping[str, Any]) -> dict[str, Any] | None:
 def command_done(doc: Mapping[str, Any], ident: str) -> bool:
     """Has the controller carried out command ``ident`` (``status.loop.command``)?"""
     return bool((((doc.get("status") or {}).get("loop") or {}).get("command")) == ident)
-
-
-def timestamp(value: Any) -> float | None:
-    """An RFC 3339 time (``2025-01-31T10:00:00Z``, with or without fractions) as epoch s."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def apply_document(resource: models.ModelService | models.ScalingPolicy, namespace: str) -> Doc:
@@ -202,7 +151,7 @@ def row(doc: Mapping[str, Any]) -> ServiceRow:
     )
 
 
-def event(doc: Mapping[str, Any]) -> KubeEvent:
+def event(doc: Mapping[str, Any]) -> protocol.EventRecord:
     meta = doc.get("metadata") or {}
     when = (
         timestamp(doc.get("lastTimestamp"))
@@ -212,7 +161,7 @@ def event(doc: Mapping[str, Any]) -> KubeEvent:
         or timestamp(meta.get("creationTimestamp"))
         or 0.0
     )
-    return KubeEvent(
+    return protocol.EventRecord(
         id=str(meta.get("name") or ""),
         time=when,
         type=str(doc.get("type") or "Normal"),
@@ -264,7 +213,10 @@ def _connection_reason(message: str) -> str:
 
 
 class KubeClient:
-    """ModelServices in one cluster (one kubeconfig context), seen from the CLI."""
+    """ModelServices in one cluster (one kubeconfig context), seen from the CLI (a
+    :class:`~servectl.backends.client.ServiceClient`)."""
+
+    poll_s = POLL_S
 
     def __init__(
         self,
@@ -278,6 +230,9 @@ class KubeClient:
         self.kube = kube
         self.context = context
         self.namespace = namespace  # the context's namespace: the default for -n
+        self.kubeconfig: Path | None = None
+        """The kubeconfig as the user named it (--kubeconfig), repeated in the kubectl
+        and servectl commands this client prints; None: the default file."""
         self._sleep = sleep
         self._clock = clock
         self._crd: bool | None = None
@@ -330,6 +285,27 @@ class KubeClient:
         close = getattr(self.kube.api, "close", None)
         if close is not None:
             close()
+
+    # -- commands for the user, with the same cluster flags
+
+    def flags(self) -> str:
+        """``--kubeconfig P --context C`` as given, for commands printed to the user."""
+        parts: list[str] = []
+        if self.kubeconfig is not None:
+            parts += ["--kubeconfig", str(self.kubeconfig)]
+        if self.context is not None:
+            parts += ["--context", self.context]
+        return shlex.join(parts)
+
+    def kubectl(self, namespace: str | None, *args: str) -> str:
+        """A kubectl command line for the same cluster (and ``namespace``, if not None)."""
+        where = shlex.join(["-n", namespace]) if namespace is not None else ""
+        return " ".join(p for p in ("kubectl", self.flags(), where, shlex.join(args)) if p)
+
+    def servectl(self, namespace: str, *args: str) -> str:
+        flags = self.flags()
+        ns = shlex.join(["-n", namespace])
+        return " ".join(p for p in ("servectl", shlex.join(args), ns, flags) if p)
 
     # -- errors
 
@@ -682,3 +658,215 @@ class KubeClient:
 
     def history(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return history(self.status(namespace, name) or {})
+
+    # -- the CLI's protocol (servectl.backends.client.ServiceClient)
+
+    def model_source(self, model_path: str, model_name: str | None) -> dict[str, Any]:
+        """A location in the cluster, not on this machine: taken as written."""
+        return {
+            "name": model_name or model_path.rstrip("/").rsplit("/", 1)[-1],
+            "basePath": model_path,
+        }
+
+    def deploy_resources(
+        self,
+        services: Sequence[models.ModelService],
+        policies: Sequence[models.ScalingPolicy],
+        *,
+        base_dir: Path,
+        namespace: str | None,
+    ) -> Iterator[protocol.Deployed]:
+        """:meth:`deploy_all`, each resource placed in the namespace it names, else -n
+        (``namespace``), else the context's; a file's namespace that -n contradicts is
+        refused, as kubectl does. Nothing is yielded before everything is applied: the
+        ScalingPolicies first (resources of their own here), then the ModelServices."""
+        del base_dir  # a cluster's basePath is not a path on this machine
+        where = namespace or self.namespace
+        placed = [_in_namespace(s, where, namespace) for s in services]
+        placed_policies = [_in_namespace(p, where, namespace) for p in policies]
+        done = self.deploy_all(placed, placed_policies)
+        for policy in placed_policies:
+            meta = policy.metadata
+            yield protocol.Deployed(meta.namespace, meta.name, 0, False, None, kind=policy.kind)
+        yield from done
+
+    def controller_warning(self) -> str | None:
+        """None: the cluster's controller is not looked for (``describe`` says where)."""
+        return None
+
+    def await_deletion(self, namespace: str, name: str, timeout_s: float) -> None:
+        if not self.wait_deleted(namespace, name, timeout_s):
+            raise ClientError(
+                f"{namespace}/{name} is still there after {timeout_s:g} s: its finalizer "
+                "(servectl.io/cleanup) waits for servectl's controller to remove what it ran; "
+                "is the controller running in the cluster?",
+                environment=True,
+            )
+
+    def rollout_command(
+        self, namespace: str, name: str, op: Op, version: int | None = None
+    ) -> RolloutRequest:
+        return self.rollout(namespace, name, op, version)
+
+    def listing_namespace(self, namespace: str | None, every: bool) -> str | None:
+        """-n, else the context's; every namespace with -A."""
+        return None if every else (namespace or self.namespace)
+
+    def list_services(self, namespace: str | None, name: str | None = None) -> list[ServiceRow]:
+        if name is not None and namespace is not None:
+            return [row(self.object(namespace, name))]
+        rows = [r for r in self.services(namespace) if name in (None, r.name)]
+        if name is not None and not rows:
+            raise ClientError(f"no ModelService {name} in any namespace")
+        return rows
+
+    def no_services(self, listed: str | None, namespace: str) -> str:
+        where = f"namespace {listed}" if listed is not None else "any namespace"
+        return (
+            f"no ModelServices in {where}; deploy one with "
+            f"`{self.servectl(namespace, 'deploy', '-f', 'FILE')}`"
+        )
+
+    def require(self, namespace: str, name: str) -> None:
+        self.object(namespace, name)
+
+    def describe(self, namespace: str, name: str, *, events: int) -> protocol.Description:
+        live = self.object(namespace, name)
+        found = self.events(namespace, name, limit=events)
+        listed = row(live)
+        spec: dict[str, Any] | None = None
+        spec_error: str | None = None
+        try:
+            spec = parse(live).model_dump(mode="json", by_alias=True, exclude_none=True)
+        except ValueError as exc:  # another writer's spec that servectl would refuse
+            spec_error = str(exc)
+        return protocol.Description(
+            namespace=namespace,
+            name=name,
+            document=listed.document,
+            spec=spec,
+            status=listed.status,
+            events=found,
+            no_status="no status yet: the controller has not reconciled it (is servectl's "
+            f"controller running in the cluster? {self.kubectl(None, *CONTROLLER_PODS)})",
+            spec_error=spec_error,
+        )
+
+    def last_cycle(self, namespace: str, name: str) -> protocol.LastCycle | None:
+        """The decision the cluster's controller wrote in status; the per-cycle signals
+        and each signal's proposal are the local runtime's only."""
+        listed = row(self.object(namespace, name))
+        status = listed.status
+        auto = status.get("autoscaling") or {}
+        if not auto:
+            return None
+        bounds = (listed.spec.get("spec") or {}).get("autoscaling") or {}
+        return protocol.LastCycle(
+            "status",
+            {
+                "source": "status",
+                "observedGeneration": status.get("observedGeneration"),
+                "autoscaling": auto,
+                "min": bounds.get("minReplicas"),
+                "max": bounds.get("maxReplicas"),
+                "mode": bounds.get("mode", "active"),
+                "revisions": status.get("revisions", []),
+                "conditions": [
+                    c for c in status.get("conditions", []) if c.get("type") in EXPLAIN_CONDITIONS
+                ],
+            },
+        )
+
+    def no_decision(self, namespace: str, name: str) -> ClientError:
+        return ClientError(
+            f"no decision recorded for {namespace}/{name} yet (is servectl's controller "
+            "running in the cluster?)",
+            environment=True,
+        )
+
+    def cycles(self, namespace: str, name: str | None) -> dict[str, protocol.LastCycle]:
+        """Per-revision signals are not kept in a cluster: kubectl top shows the pods."""
+        selector = f"{obj.LABEL_SERVICE}={name}" if name is not None else obj.LABEL_SERVICE
+        raise _elsewhere("top", self.kubectl(namespace, "top", "pods", "-l", selector))
+
+    def rollout_history(self, namespace: str, name: str) -> protocol.RolloutHistory:
+        """The current (or last) rollout from status (:data:`HISTORY_NOTE`)."""
+        records = self.history(namespace, name)
+        return protocol.RolloutHistory(
+            records=records,
+            rollouts=[
+                protocol.RolloutRecord(
+                    id=None,
+                    time=None,
+                    from_version=r.get("stableVersion"),
+                    to_version=r.get("canaryVersion"),
+                    phase=str(r.get("phase")),
+                    message=str(r.get("message", "")),
+                )
+                for r in records
+            ],
+            source="status.rollout",
+            note=HISTORY_NOTE,
+        )
+
+    def event_batches(
+        self, namespace: str, name: str, *, limit: int, follow: bool
+    ) -> Iterator[list[protocol.EventRecord]]:
+        """Event names are not ordered: each read is the newest ``limit``, less those seen
+        (by name, count and time)."""
+        seen: set[tuple[str | int, int, float]] = set()
+
+        def fresh() -> list[protocol.EventRecord]:
+            batch = [
+                e
+                for e in self.events(namespace, name, limit=limit)
+                if (e.id, e.count, e.time) not in seen
+            ]
+            seen.update((e.id, e.count, e.time) for e in batch)
+            return batch
+
+        self.require(namespace, name)
+        yield fresh()
+        while follow:
+            self._sleep(self.poll_s)
+            yield fresh()
+
+    def logs(
+        self, namespace: str, name: str, *, replica: str | None, tail: int
+    ) -> list[protocol.LogTail]:
+        """The pods' logs are the cluster's: kubectl logs shows them."""
+        args = (
+            ["logs", replica, "--all-containers", f"--tail={tail}"]
+            if replica is not None
+            else [
+                "logs",
+                "-l",
+                f"{obj.LABEL_SERVICE}={name}",
+                "--all-containers",
+                "--prefix",
+                f"--tail={tail}",
+            ]
+        )
+        raise _elsewhere("logs", self.kubectl(namespace, *args))
+
+
+def _elsewhere(verb: str, command: str) -> protocol.Elsewhere:
+    return protocol.Elsewhere(
+        f"servectl {verb} reads the local runtime; on a cluster use:\n  {command}", command
+    )
+
+
+def _in_namespace(resource: Any, namespace: str, flag: str | None) -> Any:
+    """``resource`` placed in the namespace it names, else ``namespace`` (-n or the
+    context's); a file's namespace that -n contradicts is refused, as kubectl does."""
+    meta = resource.metadata
+    if "namespace" in meta.model_fields_set:
+        if flag is not None and flag != meta.namespace:
+            raise ClientError(
+                f"{resource.kind} {meta.name}: metadata.namespace is {meta.namespace} but -n "
+                f"says {flag}; drop one of them"
+            )
+        return resource
+    return resource.model_copy(
+        update={"metadata": meta.model_copy(update={"namespace": namespace})}
+    )

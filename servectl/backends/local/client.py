@@ -1,10 +1,16 @@
-"""What the CLI does to the local runtime: the same verbs the Kubernetes backend will offer.
+"""What the CLI does to the local runtime: :class:`servectl.backends.client.ServiceClient`
+over the store.
 
 The CLI never talks to the controller process: it writes the store (specs, the command
-queue) and reads it back (status, events, rollout history), and the controller picks the
-change up at its next tick. Every write validates first and changes nothing on error, so
-a bad spec, a broken CEL policy or a version that is not on disk leaves the running
-services as they are.
+queue) and reads it back (status, the last cycle, events, rollout history), and the
+controller picks the change up at its next tick. Every write validates first and changes
+nothing on error, so a bad spec, a broken CEL policy or a version that is not on disk
+leaves the running services as they are.
+
+The reads (``get``, ``describe``, ``explain``, ``top``, ``events``, ``rollout status``)
+take the spec and status as the store holds them: they import no resource model, no
+policy and no controller, so ``servectl get`` starts fast; the writes import what they
+check with when they are called.
 """
 
 from __future__ import annotations
@@ -12,36 +18,30 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servectl.api import models
+from servectl.backends import client as protocol
+from servectl.backends.client import ClientError as ClientError  # the CLI catches it here too
+from servectl.backends.client import Deployed as Deployed
 from servectl.backends.local.paths import Paths
 from servectl.backends.local.record import ServiceRecord
 from servectl.backends.local.store import Service, Store, StoredEvent
 from servectl.backends.local.versions import ModelPathError, check_version
-from servectl.controller import state as state_codec
-from servectl.controller.decide import LoopState
-from servectl.controller.spec import PolicySpecError, policy_for
-from servectl.rollout.machine import Op
+
+if TYPE_CHECKING:
+    from servectl.api import models
+    from servectl.controller.decide import LoopState
+    from servectl.rollout.machine import Op
 
 HEARTBEAT_STALE_S = 5.0
 """A controller whose last tick is older than this is reported as not running."""
-
-
-class ClientError(ValueError):
-    """A request the runtime refuses; the message names the field or the fix."""
-
-
-@dataclass(frozen=True)
-class Deployed:
-    namespace: str
-    name: str
-    generation: int
-    created: bool
-    rollout_to: int | None  # the version a rollout was started to, if any
+DEFAULT_NAMESPACE = "default"
+POLL_S = 1.0
+"""How often --watch and --follow read the store (the controller ticks every second)."""
+NO_STATUS = "no status yet: the controller has not reconciled it (is it up? `servectl status`)"
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 class LocalClient:
-    """The local runtime's store, seen from the CLI."""
+    """The local runtime's store, seen from the CLI (a
+    :class:`~servectl.backends.client.ServiceClient`)."""
+
+    namespace = DEFAULT_NAMESPACE
+    poll_s = POLL_S
 
     def __init__(self, state_dir: Path) -> None:
         self.paths = Paths(Path(state_dir).expanduser().resolve())
@@ -108,7 +112,20 @@ class LocalClient:
             os.kill(info.pid, signal.SIGKILL)
         return True
 
+    def controller_warning(self) -> str | None:
+        if self.controller().alive:
+            return None
+        return "note: the controller is not running; start it with `servectl up`"
+
     # -- specs
+
+    def model_source(self, model_path: str, model_name: str | None) -> dict[str, Any]:
+        """A directory on this machine: its absolute path, and its name for the model's."""
+        local_path = Path(model_path)
+        return {
+            "name": model_name or local_path.resolve().name,
+            "basePath": str(local_path.expanduser().resolve()),
+        }
 
     def deploy(
         self,
@@ -122,6 +139,9 @@ class LocalClient:
         Checks before writing anything: the model path has the version (the latest when
         none is given, which is then written into the spec), the CEL policy compiles, and
         on an update whose version changed, a rollout to it is queued."""
+        from servectl.controller.spec import PolicySpecError, policy_for
+        from servectl.rollout.machine import Op
+
         meta, spec = service.metadata, service.spec
         base = Path(spec.model.base_path).expanduser()
         if not base.is_absolute():
@@ -154,7 +174,32 @@ class LocalClient:
         generation = self.store.put_spec(meta.namespace, meta.name, doc)
         if rollout_to is not None:
             self.store.enqueue_command(meta.namespace, meta.name, str(Op.START), rollout_to)
-        return Deployed(meta.namespace, meta.name, generation, existing is None, rollout_to)
+        return Deployed(
+            meta.namespace,
+            meta.name,
+            generation,
+            existing is None,
+            rollout_to,
+            queued=rollout_to is not None,
+        )
+
+    def deploy_resources(
+        self,
+        services: Sequence[models.ModelService],
+        policies: Sequence[models.ScalingPolicy],
+        *,
+        base_dir: Path,
+        namespace: str | None,
+    ) -> Iterator[Deployed]:
+        """Each service in turn, as :meth:`deploy`; a refused one stops the rest, its
+        error naming it. Each resource stays in its own namespace (``namespace`` names
+        the flag form's, which is in its metadata already)."""
+        del namespace
+        for service in services:
+            try:
+                yield self.deploy(service, policies, base_dir=base_dir)
+            except ClientError as exc:
+                raise ClientError(f"{service.metadata.name}: {exc}") from None
 
     def _serving_version(self, namespace: str, name: str, existing: Service) -> int | None:
         """The version the service runs or is rolling out to (the spec's otherwise)."""
@@ -173,16 +218,27 @@ class LocalClient:
         self.store.put_setting("policies", policies)
 
     def policies(self) -> dict[str, models.ScalingPolicy]:
+        from servectl.api import models
+
         return {
             name: models.ScalingPolicy.model_validate(doc)
             for name, doc in (self.store.get_setting("policies") or {}).items()
         }
 
     def get(self, namespace: str, name: str) -> models.ModelService:
+        from servectl.api import models
+
+        return models.ModelService.model_validate(self._spec(namespace, name).spec)
+
+    def _spec(self, namespace: str, name: str) -> Service:
+        """The stored spec, as written (no model built)."""
         row = self.store.get_spec(namespace, name)
         if row is None:
             raise ClientError(self._not_found(namespace, name))
-        return models.ModelService.model_validate(row.spec)
+        return row
+
+    def require(self, namespace: str, name: str) -> None:
+        self._spec(namespace, name)
 
     def _not_found(self, namespace: str, name: str) -> str:
         names = [s.name for s in self.store.list_services(namespace)]
@@ -196,6 +252,10 @@ class LocalClient:
         if not self.store.delete_service(namespace, name):
             raise ClientError(self._not_found(namespace, name))
 
+    def await_deletion(self, namespace: str, name: str, timeout_s: float) -> None:
+        """Nothing to wait for: the store forgets a service at once (the controller
+        stops its replicas at its next tick)."""
+
     def scale(
         self,
         namespace: str,
@@ -206,6 +266,8 @@ class LocalClient:
         max_replicas: int | None = None,
     ) -> models.ModelService:
         """Change the replica bounds (``replicas`` pins both)."""
+        from servectl.api import models
+
         service = self.get(namespace, name)
         auto = service.spec.autoscaling
         low = replicas if replicas is not None else min_replicas
@@ -226,6 +288,8 @@ class LocalClient:
 
     def rollout(self, namespace: str, name: str, op: Op, version: int | None = None) -> int:
         """Queue a rollout command for the controller's next tick; returns its id."""
+        from servectl.rollout.machine import Op
+
         service = self.get(namespace, name)
         if op is Op.START:
             if version is None:
@@ -239,12 +303,23 @@ class LocalClient:
             self.store.put_spec(namespace, name, doc)
         return self.store.enqueue_command(namespace, name, str(op), version)
 
+    def rollout_command(
+        self, namespace: str, name: str, op: Op, version: int | None = None
+    ) -> protocol.RolloutRequest:
+        ident = self.rollout(namespace, name, op, version)
+        return protocol.RolloutRequest(op, version, str(ident), queued=True)
+
     def loop_state(self, namespace: str, name: str) -> LoopState | None:
+        from servectl.controller import state as state_codec
+        from servectl.controller.decide import LoopState
+
         text = self.store.get_loop_state(namespace, name)
         if text is None:
             return None
         state = state_codec.loads(text)
         return state if isinstance(state, LoopState) else None
+
+    # -- reads
 
     def status(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get_status(namespace, name)
@@ -253,16 +328,119 @@ class LocalClient:
         data = self.store.get_runtime(namespace, name)
         return ServiceRecord.from_dict(data) if data is not None else None
 
+    def _endpoints(self, namespace: str, name: str) -> protocol.Endpoints | None:
+        record = self.record(namespace, name)
+        if record is None:
+            return None
+        return protocol.Endpoints(record.rest_port, record.grpc_port)
+
+    def listing_namespace(self, namespace: str | None, every: bool) -> str | None:
+        """-n, else every namespace (as -A)."""
+        return None if every else namespace
+
+    def list_services(
+        self, namespace: str | None, name: str | None = None
+    ) -> list[protocol.ServiceSummary]:
+        rows = self.services(namespace)
+        if name is not None:
+            rows = [r for r in rows if r.name == name]
+            if not rows:
+                raise ClientError(self._not_found(namespace or DEFAULT_NAMESPACE, name))
+        return [
+            protocol.ServiceSummary(
+                namespace=r.namespace,
+                name=r.name,
+                spec=r.spec,
+                status=self.status(r.namespace, r.name) or {},
+                generation=r.generation,
+                updated=r.updated,
+                endpoints=self._endpoints(r.namespace, r.name),
+            )
+            for r in rows
+        ]
+
+    def no_services(self, listed: str | None, namespace: str) -> str:
+        return "no services; deploy one with `servectl deploy NAME --model-path DIR`"
+
+    def describe(self, namespace: str, name: str, *, events: int) -> protocol.Description:
+        # The spec as deploy, scale and rollout wrote it (the model's own dump): no model
+        # is built to show it.
+        spec = self._spec(namespace, name).spec
+        status = self.status(namespace, name) or {}
+        return protocol.Description(
+            namespace=namespace,
+            name=name,
+            document={**spec, "status": status},
+            spec=spec,
+            status=status,
+            events=[_event(e) for e in self.events(namespace, name, limit=events)],
+            no_status=NO_STATUS,
+            endpoints=self._endpoints(namespace, name),
+        )
+
+    def last_cycle(self, namespace: str, name: str) -> protocol.LastCycle | None:
+        self.require(namespace, name)
+        cycle = self.store.get_cycle(namespace, name)
+        return None if cycle is None else protocol.LastCycle("cycle", cycle)
+
+    def no_decision(self, namespace: str, name: str) -> ClientError:
+        return ClientError(
+            f"no decision recorded for {namespace}/{name} yet (is the controller up?)",
+            environment=True,
+        )
+
+    def cycles(self, namespace: str, name: str | None) -> dict[str, protocol.LastCycle]:
+        found = {}
+        for row in self.services(namespace):
+            if name is not None and row.name != name:
+                continue
+            cycle = self.store.get_cycle(row.namespace, row.name)
+            if cycle is not None:
+                found[row.name] = protocol.LastCycle("cycle", cycle)
+        return found
+
     def events(
         self, namespace: str, name: str, *, since_id: int | None = None, limit: int = 100
     ) -> list[StoredEvent]:
         return self.store.events(namespace, name, since_id=since_id, limit=limit)
+
+    def event_batches(
+        self, namespace: str, name: str, *, limit: int, follow: bool
+    ) -> Iterator[list[protocol.EventRecord]]:
+        self.require(namespace, name)
+        batch = self.events(namespace, name, limit=limit)
+        yield [_event(e) for e in batch]
+        last = batch[-1].id if batch else 0
+        while follow:
+            time.sleep(self.poll_s)
+            batch = self.events(namespace, name, since_id=last)
+            if batch:
+                last = batch[-1].id
+            yield [_event(e) for e in batch]
 
     def history(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return [
             {"id": r.id, "time": r.time, **r.record}
             for r in self.store.rollout_history(namespace, name)
         ]
+
+    def rollout_history(self, namespace: str, name: str) -> protocol.RolloutHistory:
+        """Every finished (or aborted) rollout the store kept, oldest first."""
+        records = self.history(namespace, name)
+        return protocol.RolloutHistory(
+            records=records,
+            rollouts=[
+                protocol.RolloutRecord(
+                    id=r["id"],
+                    time=r["time"],
+                    from_version=r.get("fromVersion", r.get("stableVersion")),
+                    to_version=r.get("toVersion"),
+                    phase=str(r.get("phase")),
+                    message=str(r.get("message", "")),
+                )
+                for r in records
+            ],
+        )
 
     def replicas(self) -> list[dict[str, Any]]:
         """The supervisor's replica records (``replicas/<pod>/replica.json``)."""
@@ -275,3 +453,35 @@ class LocalClient:
             except (OSError, ValueError):
                 continue
         return found
+
+    def logs(
+        self, namespace: str, name: str, *, replica: str | None, tail: int
+    ) -> list[protocol.LogTail]:
+        """From ``logs/<pod>.log`` in the state directory: the replicas the supervisor
+        runs, else every log the service's replicas left."""
+        pods = [
+            r["spec"]["pod"]
+            for r in self.replicas()
+            if r.get("spec", {}).get("service") == name and r["spec"].get("namespace") == namespace
+        ]
+        logs_dir = self.paths.logs
+        if replica is not None:
+            pods = [replica]
+        if not pods:
+            pods = sorted(p.stem for p in logs_dir.glob(f"{name}-v*.log"))
+        if not pods:
+            raise ClientError(
+                f"no replicas of {namespace}/{name} have logs in {logs_dir}", environment=True
+            )
+        tails = []
+        for pod in sorted(pods):
+            try:
+                lines = (logs_dir / f"{pod}.log").read_text(errors="replace").splitlines()[-tail:]
+            except OSError:
+                lines = ["(no log)"]
+            tails.append(protocol.LogTail(pod, lines))
+        return tails
+
+
+def _event(event: StoredEvent) -> protocol.EventRecord:
+    return protocol.EventRecord(event.id, event.time, event.type, event.reason, event.message)

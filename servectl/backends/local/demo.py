@@ -127,6 +127,12 @@ class Sample:
     revisions: dict[str, dict[str, int]]  # name -> ready, desired, weight
 
 
+def _last_cycle(client: LocalClient) -> dict[str, Any]:
+    """The demo service's last cycle as the controller recorded it ({} before the first)."""
+    cycle = client.last_cycle("default", SERVICE)
+    return cycle.record if cycle is not None else {}
+
+
 @dataclass
 class Recorder:
     """Samples the store every ``every_s`` seconds from a thread (start/stop)."""
@@ -167,8 +173,7 @@ class Recorder:
         now = time.time()
         phase, offered = self.phase()
         status = client.status("default", SERVICE) or {}
-        cycle = client.store.get_cycle("default", SERVICE) or {}
-        signals = cycle.get("service", {})
+        signals = _last_cycle(client).get("service", {})
         self.samples.append(
             Sample(
                 t=round(now - self.t0, 2),
@@ -527,14 +532,13 @@ class Demo:
         desired = sum(int(r.get("desiredReplicas", 0)) for r in revisions)
         ready = sum(int(r.get("readyReplicas", 0)) for r in revisions)
         assert self.client is not None
-        cycle = self.client.store.get_cycle("default", SERVICE) or {}
+        cycle = _last_cycle(self.client)
         p99 = (cycle.get("service", {}).get("latencyMs") or {}).get("p99")
         return desired >= 2 and ready == desired and p99 is not None and p99 < slo_ms
 
     def _steady_at_base(self) -> bool:
         assert self.client is not None
-        cycle = self.client.store.get_cycle("default", SERVICE) or {}
-        rps = cycle.get("service", {}).get("rps")
+        rps = _last_cycle(self.client).get("service", {}).get("rps")
         return (
             self._total_desired() == 1
             and rps is not None

@@ -112,7 +112,10 @@ CASES: list[tuple[str, int, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("args", "status", "says"), CASES, ids=[c[0] for c in CASES])
+# The free port is not in the ids: pytest-xdist's workers must collect the same names.
+@pytest.mark.parametrize(
+    ("args", "status", "says"), CASES, ids=[c[0].replace(str(UNUSED), "{unused}") for c in CASES]
+)
 def test_bad_input_gets_a_message_not_a_traceback(
     bad: Path, tmp_path: Path, args: str, status: int, says: str
 ) -> None:

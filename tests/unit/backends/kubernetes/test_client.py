@@ -30,8 +30,8 @@ from servectl.backends.kubernetes.kube import (
     Resource,
     resource_of,
 )
+from servectl.cli import get_cmd, rollout_verbs
 from servectl.cli import main as cli_main
-from servectl.cli import service_cmd
 from servectl.rollout.machine import Op
 
 NS = "ml"
@@ -497,7 +497,7 @@ def test_rows_from_a_status_document() -> None:
     assert row.updated == 1738317600.0
     assert "managedFields" not in row.spec["metadata"] and "status" not in row.spec
     assert row.document["status"] == STATUS
-    summary = service_cmd._summary_of(row, row.status, None)
+    summary = get_cmd._summary_of(row, row.status, None)
     assert {
         k: summary[k]
         for k in (
@@ -528,7 +528,7 @@ def test_rows_from_a_status_document() -> None:
         "rest": None,
         "grpc": None,
     }
-    record = service_cmd._rollout_record(row.status)
+    record = rollout_verbs._rollout_record(row.status)
     assert record == {
         "phase": "Paused",
         "step": 1,
