@@ -13,7 +13,7 @@ really run, and the outcome says what would be done; :func:`reconcile_once
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +23,7 @@ from servectl.autoscaling import policy as policy_mod
 from servectl.autoscaling.decision import Decision, Reason
 from servectl.controller.spec import ServiceSpec, analysis_checks
 from servectl.planning import planner
-from servectl.planning.types import Observed, Plan
+from servectl.planning.types import Observed, Plan, RevisionNames
 from servectl.rollout import machine
 
 __all__ = [
@@ -84,7 +84,7 @@ class Outcome:
     requested: int | None = None  # what the policy asked for, before the bounds
     decision: Decision | None = None
     intent: machine.Intent | None = None
-    names: Mapping[int, str] | None = None
+    names: RevisionNames | None = None
     limits: planner.Limits | None = None
     planner_before: planner.PlannerState | None = None
     applied: bool = True  # False in mode: recommend: the loop records the plan, never acts
@@ -149,31 +149,30 @@ def decide(
     requested = _wanted(decision)
     demand = min(max(requested, spec.min_replicas, 1), spec.max_replicas)
 
-    by_name = {r.name: r.version for r in observed.revisions}
+    # The rollout machine speaks versions (each observed revision carries its own).
+    header = observed.revision(observed.header_revision) if observed.header_revision else None
     view = machine.View(
         now=now,
-        weights={v: r.weight for r in observed.revisions for v in [by_name[r.name]]},
-        header=by_name.get(observed.header_revision) if observed.header_revision else None,
-        ready={by_name[r.name]: r.ready for r in observed.revisions},
+        weights={r.version: r.weight for r in observed.revisions},
+        header=header.version if header is not None else None,
+        ready={r.version: r.ready for r in observed.revisions},
         needed={
             v: state.planner.replicas.get(spec.revision_name(v), 0)
             for v in {rollout_state.stable, rollout_state.canary}
             if v is not None
         },
-        available={by_name[r.name]: r.available for r in observed.revisions},
-        counters={
-            by_name[r.name]: r.counters for r in observed.revisions if r.counters is not None
-        },
+        available={r.version: r.available for r in observed.revisions},
+        counters={r.version: r.counters for r in observed.revisions if r.counters is not None},
         bounds_us=observed.latency_bounds_us,
         metrics_ok=observed.metrics_ok,
         custom=dict(observed.custom),
     )
     rollout_state, intent = machine.advance(rollout_state, spec.rollout, view)
 
-    names: dict[int, str] = {v: spec.revision_name(v) for v in by_name.values()}
-    for version in (intent.stable, intent.canary, *intent.weights):
-        if version is not None:
-            names[version] = spec.revision_name(version)
+    # The planner speaks names: every revision of the cycle, keyed once.
+    versions = {r.version for r in observed.revisions}
+    versions |= {v for v in (intent.stable, intent.canary, *intent.weights) if v is not None}
+    names = RevisionNames({v: spec.revision_name(v) for v in sorted(versions)})
     limits = planner.Limits(
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,

@@ -46,7 +46,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from servectl.planning.types import Observed, ObservedRevision, Plan, PlanReason, RevisionPlan
+from servectl.planning.types import (
+    Observed,
+    ObservedRevision,
+    Plan,
+    PlanReason,
+    RevisionNames,
+    RevisionPlan,
+)
 from servectl.rollout.machine import Intent
 
 COST_MIN_RPS = 1.0
@@ -176,16 +183,16 @@ def plan(
     observed: Observed,
     demand: int,
     state: PlannerState,
-    names: Mapping[int, str],
+    names: RevisionNames,
     limits: Limits | None = None,
 ) -> tuple[Plan, PlannerState]:
-    """One cycle of the planner. ``names`` maps versions to revision names."""
+    """One cycle of the planner. ``names``: the cycle's revisions, version <-> name."""
     limits = limits or Limits()
     now = observed.time
     stable = names[intent.stable]
     target_weights = {names[v]: w for v, w in intent.weights.items() if w > 0}
     target_header = names[intent.header] if intent.header is not None else None
-    versions = {name: v for v, name in names.items()}
+    versions = names.by_name
 
     current_weights = {r.name: r.weight for r in observed.revisions if r.weight > 0}
     if sum(current_weights.values()) != 100:  # nothing routed yet (or a lagging backend)

@@ -12,7 +12,7 @@ over the revisions listed (a revision not listed has weight 0 and no replicas).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from servectl.api.models import RolloutPhase
@@ -96,3 +96,34 @@ class Plan:
 
     def revision(self, name: str) -> RevisionPlan | None:
         return next((r for r in self.revisions if r.name == name), None)
+
+
+class RevisionNames(Mapping[int, str]):
+    """A cycle's revisions keyed both ways, once: model version -> revision name (the
+    mapping itself), and :meth:`version` / :attr:`by_name` back. The rollout machine speaks
+    versions; backends, metrics and the planner's output speak names."""
+
+    def __init__(self, by_version: Mapping[int, str]) -> None:
+        self._names = dict(by_version)
+        self._versions = {name: version for version, name in self._names.items()}
+        if len(self._versions) != len(self._names):
+            raise ValueError(f"two versions share a revision name: {self._names}")
+
+    def __getitem__(self, version: int) -> str:
+        return self._names[version]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"RevisionNames({self._names!r})"
+
+    @property
+    def by_name(self) -> Mapping[str, int]:
+        return self._versions
+
+    def version(self, name: str) -> int:
+        return self._versions[name]

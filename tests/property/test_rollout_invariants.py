@@ -65,7 +65,7 @@ from servectl.controller.decide import ServectlDecider
 from servectl.controller.reconcile import Cycle
 from servectl.controller.spec import ServiceSpec
 from servectl.planning import planner
-from servectl.planning.types import Observed, ObservedRevision, Plan
+from servectl.planning.types import Observed, ObservedRevision, Plan, RevisionNames
 from servectl.rollout.machine import Intent, Op, Phase
 from servectl.sim import model, suite, traces, world
 from servectl.sim import scenario as scenario_mod
@@ -92,7 +92,7 @@ class Tick:
     demand: int
     before: planner.PlannerState
     after: planner.PlannerState
-    names: Mapping[int, str]
+    names: RevisionNames
     limits: planner.Limits
     plan: Plan
 
@@ -523,7 +523,7 @@ def tick_of(cycle: Cycle) -> Tick:
         demand=outcome.demand,
         before=outcome.planner_before,
         after=outcome.state.planner,
-        names=dict(outcome.names),
+        names=outcome.names,
         limits=outcome.limits or planner.Limits(),
         plan=outcome.plan,
     )
@@ -755,7 +755,7 @@ def test_rollout_invariants_hold_at_every_tick(case: Case) -> None:
 
 # ----------------------------------------------------------------------------- the planner alone
 
-NAMES = {1: rev_name(1), 2: rev_name(2), 3: rev_name(3)}
+NAMES = RevisionNames({1: rev_name(1), 2: rev_name(2), 3: rev_name(3)})
 
 
 def split(draw: st.DrawFn, names: Sequence[K]) -> dict[K, int]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
 from servectl.planning import planner
-from servectl.planning.types import Observed, ObservedRevision
+from servectl.planning.types import Observed, ObservedRevision, RevisionNames
 from servectl.rollout.machine import Intent, Phase
 
-NAMES = {1: "m-v1", 2: "m-v2", 3: "m-v3"}
+NAMES = RevisionNames({1: "m-v1", 2: "m-v2", 3: "m-v3"})
 
 
 def rev(
