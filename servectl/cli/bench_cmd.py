@@ -126,6 +126,18 @@ def bench(
             ),
         ),
     ] = False,
+    cli: Annotated[
+        bool,
+        typer.Option(
+            "--cli",
+            help=(
+                "Instead: time `servectl get` and `servectl describe NAME` (new processes, "
+                "--repeat runs each) against a local runtime started in a temporary state "
+                "directory, beside `servectl --help`; needs haproxy, prometheus and "
+                "TensorFlow. About a minute."
+            ),
+        ),
+    ] = False,
     parts: Annotated[
         str,
         typer.Option(
@@ -147,7 +159,10 @@ def bench(
         ),
     ] = None,
     repeat: Annotated[
-        int, typer.Option(min=3, help="With --metrics: snapshots timed per case.")
+        int,
+        typer.Option(
+            min=3, help="With --metrics: snapshots timed per case. With --cli: runs per command."
+        ),
     ] = 15,
     frontier: Annotated[
         bool,
@@ -215,6 +230,7 @@ def bench(
       servectl bench --frontier --routing both     # baselines tuned, plotted
       servectl bench --local                       # the local runtime, measured
       servectl bench --local --parts router,controller --services 20
+      servectl bench --cli --repeat 21             # get/describe latency
     """
     from servectl.backends.sim import bench as sim_bench
     from servectl.cli import format as fmt
@@ -229,6 +245,9 @@ def bench(
         return
     if local:
         _local_bench(parts, services or 50, ticks, output)
+        return
+    if cli:
+        _cli_bench(repeat, output)
         return
     if forecast:
         _forecast_bench(traces_opt or "week_compressed", seed, routing, plot_dir, output)
@@ -586,6 +605,42 @@ def _local_bench(parts_opt: str, services: int, ticks: int, output: Output) -> N
     failed = [f.part for f in figures if f.name == local_bench.FAILED]
     if failed:
         raise fail(f"bench --local: {', '.join(failed)} failed (see the table)", 1)
+
+
+def _cli_bench(runs: int, output: Output) -> None:
+    import subprocess
+
+    from servectl.backends.local import cli_bench
+
+    began = time.monotonic()
+
+    def progress(line: str) -> None:
+        err.print(f"[{time.monotonic() - began:4.0f} s] {line}", highlight=False, markup=False)
+
+    try:
+        result = cli_bench.run(runs, progress=progress)
+    except (cli_bench.CliBenchError, subprocess.TimeoutExpired, OSError) as exc:
+        raise fail(f"bench --cli: {exc}", 1) from exc
+    timings = [result.floor, *result.reads]
+    console.emit(
+        output,
+        title=f"CLI latency against a running local runtime, {runs} runs each (seconds)",
+        header=["COMMAND", "MEDIAN", "P90", "X --HELP"],
+        rows=[
+            [t.command, f"{t.median_s:.3f}", f"{t.p90_s:.3f}", f"{result.ratio(t):.2f}"]
+            for t in timings
+        ],
+        records=[
+            {
+                "command": t.command,
+                "runs": len(t.seconds),
+                "medianS": round(t.median_s, 4),
+                "p90S": round(t.p90_s, 4),
+                "ratioToHelp": round(result.ratio(t), 3),
+            }
+            for t in timings
+        ],
+    )
 
 
 def _micro_bench(output: Output) -> None:
