@@ -29,13 +29,10 @@ names how to install them), and the server's 422 validation messages.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +43,7 @@ from servectl.backends.client import Deployed as Deployed
 from servectl.backends.client import RolloutRequest as RolloutRequest
 from servectl.backends.client import timestamp as timestamp
 from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes import resource_docs
 from servectl.backends.kubernetes.backend import parse as parse  # the CLI reads it here
 from servectl.backends.kubernetes.kube import (
     EVENTS,
@@ -62,7 +60,7 @@ from servectl.rollout.machine import Op
 
 FIELD_MANAGER = "servectl-cli"
 """The CLI's field manager: it owns the spec fields it applies, the controller the status."""
-DEFAULT_NAMESPACE = "default"
+DEFAULT_NAMESPACE = resource_docs.DEFAULT_NAMESPACE
 REQUEST_TIMEOUT_S = 15.0
 POLL_S = 2.0
 """How often --watch and --follow read the cluster (the controller's cycle is 5 s)."""
@@ -84,129 +82,6 @@ ServiceRow = protocol.ServiceSummary
 """One ModelService as listed (no endpoints: a cluster's are its Gateway's)."""
 KubeEvent = protocol.EventRecord
 """A core v1 Event about a ModelService (``id`` is its name)."""
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def new_command_id() -> str:
-    return uuid.uuid4().hex
-
-
-def command_annotation(op: Op, version: int | None, ident: str) -> str:
-    """The ``servectl.io/rollout-command`` value the controller reads."""
-    return json.dumps({"op": str(op), "version": version, "id": ident})
-
-
-def pending_command(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The command in the annotation the controller has not carried out yet, if any."""
-    raw = ((doc.get("metadata") or {}).get("annotations") or {}).get(obj.COMMAND)
-    if not raw:
-        return None
-    try:
-        request = json.loads(raw)
-        ident = str(request["id"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    done = (((doc.get("status") or {}).get("loop") or {}).get("command")) or None
-    return dict(request) if ident != done else None
-
-
-def command_done(doc: Mapping[str, Any], ident: str) -> bool:
-    """Has the controller carried out command ``ident`` (``status.loop.command``)?"""
-    return bool((((doc.get("status") or {}).get("loop") or {}).get("command")) == ident)
-
-
-def apply_document(resource: models.ModelService | models.ScalingPolicy, namespace: str) -> Doc:
-    """What the CLI applies: apiVersion, kind, name, namespace, the user's labels and
-    annotations, and spec; never status or server fields (those are not the CLI's)."""
-    dumped = resource.model_dump(mode="json", by_alias=True, exclude_none=True)
-    meta: Doc = {"name": resource.metadata.name, "namespace": namespace}
-    if resource.metadata.labels:
-        meta["labels"] = dict(resource.metadata.labels)
-    if resource.metadata.annotations:
-        meta["annotations"] = dict(resource.metadata.annotations)
-    return {
-        "apiVersion": dumped["apiVersion"],
-        "kind": dumped["kind"],
-        "metadata": meta,
-        "spec": dumped["spec"],
-    }
-
-
-def row(doc: Mapping[str, Any]) -> ServiceRow:
-    meta = dict(doc.get("metadata") or {})
-    meta.pop("managedFields", None)
-    spec = {k: v for k, v in doc.items() if k != "status"}
-    spec["metadata"] = meta
-    spec.setdefault("apiVersion", MODELSERVICES.api_version)
-    spec.setdefault("kind", MODELSERVICES.kind)
-    return ServiceRow(
-        namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
-        name=str(meta.get("name")),
-        spec=spec,
-        status=dict(doc.get("status") or {}),
-        generation=int(meta.get("generation") or 0),
-        updated=timestamp(meta.get("creationTimestamp")) or 0.0,
-    )
-
-
-def event(doc: Mapping[str, Any]) -> protocol.EventRecord:
-    meta = doc.get("metadata") or {}
-    when = (
-        timestamp(doc.get("lastTimestamp"))
-        or timestamp(doc.get("eventTime"))
-        or timestamp((doc.get("series") or {}).get("lastObservedTime"))
-        or timestamp(doc.get("firstTimestamp"))
-        or timestamp(meta.get("creationTimestamp"))
-        or 0.0
-    )
-    return protocol.EventRecord(
-        id=str(meta.get("name") or ""),
-        time=when,
-        type=str(doc.get("type") or "Normal"),
-        reason=str(doc.get("reason") or ""),
-        message=str(doc.get("message") or ""),
-        count=int(doc.get("count") or 1),
-    )
-
-
-def history(status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What status says of rollouts: the current (or last) one, nothing when Idle."""
-    rollout = status.get("rollout") or {}
-    if not rollout or rollout.get("phase", "Idle") == "Idle":
-        return []
-    return [
-        {
-            "phase": rollout.get("phase"),
-            "step": rollout.get("step"),
-            "stableVersion": rollout.get("stableVersion"),
-            "canaryVersion": rollout.get("canaryVersion"),
-            "message": rollout.get("message", ""),
-            "verdicts": rollout.get("verdicts", []),
-        }
-    ]
-
-
-def readable(message: str) -> str:
-    """An API server's validation message without its preamble, one cause per clause:
-    ``ModelService.servectl.io "x" is invalid: [a: ..., b: ...]`` -> ``a: ...; b: ...``."""
-    body = message.split(" is invalid: ", 1)[-1].strip()
-    if body.startswith("[") and body.endswith("]"):
-        body = body[1:-1]
-    causes = re.split(r", (?=(?:spec|metadata|status)(?:\.|\[| ))", body)
-    return "; ".join(c.strip() for c in causes if c.strip())
-
-
-def _connection_reason(message: str) -> str:
-    """The useful end of a urllib3 error (``[Errno 111] Connection refused``)."""
-    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", message)
-    if found:
-        return found.group(1).strip()
-    found = re.search(r"Caused by (\w+)\(", message)
-    if found:
-        return found.group(1)
-    return message[:200]
 
 
 # --------------------------------------------------------------------------- the client
@@ -327,7 +202,8 @@ class KubeClient:
                 return ClientError(exc.message, environment=True)
             return ClientError(
                 f"cannot reach the Kubernetes API server {self.server}{self._where()}: "
-                f"{_connection_reason(exc.message)}; is the cluster up and the context right? "
+                f"{resource_docs.connection_reason(exc.message)}; is the cluster up and the "
+                "context right? "
                 f"(kubectl{self._hint_flags()} cluster-info)",
                 environment=True,
             )
@@ -352,7 +228,8 @@ class KubeClient:
                 f"(kubectl{self._hint_flags()} create namespace {namespace}, or give -n)"
             )
         if exc.status in (400, 422):
-            return ClientError(f"the API server refused {what}: {readable(exc.message)}")
+            refused = resource_docs.readable(exc.message)
+            return ClientError(f"the API server refused {what}: {refused}")
         if exc.status == 409:
             return ClientError(f"{what}: changed by someone else meanwhile ({exc.message}); retry")
         return ClientError(
@@ -491,7 +368,7 @@ class KubeClient:
         for policy in policies:
             ns = namespace or policy.metadata.namespace
             try:
-                self.kube.apply(apply_document(policy, ns), manager=FIELD_MANAGER)
+                self.kube.apply(resource_docs.apply_document(policy, ns), manager=FIELD_MANAGER)
             except KubeError as exc:
                 raise self.error(exc, ns, f"ScalingPolicy {ns}/{policy.metadata.name}") from None
         return [self._apply(service, namespace) for service in services]
@@ -501,7 +378,7 @@ class KubeClient:
         name = service.metadata.name
         existing = self._get(MODELSERVICES, ns, name)
         try:
-            out = self.kube.apply(apply_document(service, ns), manager=FIELD_MANAGER)
+            out = self.kube.apply(resource_docs.apply_document(service, ns), manager=FIELD_MANAGER)
         except KubeError as exc:
             raise self.error(exc, ns, f"ModelService {ns}/{name}") from None
         version = service.spec.model.version
@@ -528,7 +405,7 @@ class KubeClient:
         except KubeError as exc:
             where = namespace or "all namespaces"
             raise self.error(exc, namespace or "(all)", f"ModelServices in {where}") from None
-        rows = [row(item) for item in listed.get("items") or []]
+        rows = [resource_docs.row(item) for item in listed.get("items") or []]
         return sorted(rows, key=lambda r: (r.namespace, r.name))
 
     def delete(self, namespace: str, name: str) -> None:
@@ -613,9 +490,10 @@ class KubeClient:
             if current != version:
                 self._patch(namespace, name, {"spec": {"model": {"version": version}}})
                 return RolloutRequest(op, version, None)
-        pending = pending_command(doc)
-        ident = new_command_id()
-        patch = {"metadata": {"annotations": {obj.COMMAND: command_annotation(op, version, ident)}}}
+        pending = resource_docs.pending_command(doc)
+        ident = resource_docs.new_command_id()
+        command = resource_docs.command_annotation(op, version, ident)
+        patch = {"metadata": {"annotations": {obj.COMMAND: command}}}
         self._patch(namespace, name, patch)
         return RolloutRequest(
             op, version, ident, None if pending is None else str(pending.get("op"))
@@ -652,12 +530,12 @@ class KubeClient:
             )
         except KubeError as exc:
             raise self.error(exc, namespace, f"Events of {namespace}/{name}") from None
-        found = [event(item) for item in (listed or {}).get("items") or []]
+        found = [resource_docs.event(item) for item in (listed or {}).get("items") or []]
         found.sort(key=lambda e: (e.time, e.id))
         return found[-limit:] if limit > 0 else found
 
     def history(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return history(self.status(namespace, name) or {})
+        return resource_docs.history(self.status(namespace, name) or {})
 
     # -- the CLI's protocol (servectl.backends.client.ServiceClient)
 
@@ -714,7 +592,7 @@ class KubeClient:
 
     def list_services(self, namespace: str | None, name: str | None = None) -> list[ServiceRow]:
         if name is not None and namespace is not None:
-            return [row(self.object(namespace, name))]
+            return [resource_docs.row(self.object(namespace, name))]
         rows = [r for r in self.services(namespace) if name in (None, r.name)]
         if name is not None and not rows:
             raise ClientError(f"no ModelService {name} in any namespace")
@@ -733,7 +611,7 @@ class KubeClient:
     def describe(self, namespace: str, name: str, *, events: int) -> protocol.Description:
         live = self.object(namespace, name)
         found = self.events(namespace, name, limit=events)
-        listed = row(live)
+        listed = resource_docs.row(live)
         spec: dict[str, Any] | None = None
         spec_error: str | None = None
         try:
@@ -755,7 +633,7 @@ class KubeClient:
     def last_cycle(self, namespace: str, name: str) -> protocol.LastCycle | None:
         """The decision the cluster's controller wrote in status; the per-cycle signals
         and each signal's proposal are the local runtime's only."""
-        listed = row(self.object(namespace, name))
+        listed = resource_docs.row(self.object(namespace, name))
         status = listed.status
         auto = status.get("autoscaling") or {}
         if not auto:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from servectl.api import models, validation
 from servectl.backends.kubernetes import client as kc
 from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes import resource_docs
 from servectl.backends.kubernetes.kube import (
     EVENTS,
     MODELSERVICES,
@@ -291,19 +292,24 @@ def test_a_rollout_command_is_the_annotation_json_with_a_fresh_id(
     assert (last["op"], last["id"]) == ("promote-full", second.id)
     # The first was not carried out (status.loop.command is another id): the CLI says so.
     assert first.replaced is None and second.replaced == "abort"
-    assert kc.command_annotation(Op.START, 3, "x") == '{"op": "start", "version": 3, "id": "x"}'
+    assert (
+        resource_docs.command_annotation(Op.START, 3, "x")
+        == '{"op": "start", "version": 3, "id": "x"}'
+    )
 
 
 def test_command_done_and_pending_read_status_loop_command(kube: FakeKube) -> None:
     doc = ms_doc()
-    doc["metadata"]["annotations"] = {obj.COMMAND: kc.command_annotation(Op.PAUSE, None, "c1")}
+    doc["metadata"]["annotations"] = {
+        obj.COMMAND: resource_docs.command_annotation(Op.PAUSE, None, "c1")
+    }
     doc["status"] = {"loop": {"command": "c0"}}
-    assert kc.pending_command(doc) == {"op": "pause", "version": None, "id": "c1"}
-    assert not kc.command_done(doc, "c1")
+    assert resource_docs.pending_command(doc) == {"op": "pause", "version": None, "id": "c1"}
+    assert not resource_docs.command_done(doc, "c1")
     doc["status"]["loop"]["command"] = "c1"
-    assert kc.pending_command(doc) is None and kc.command_done(doc, "c1")
+    assert resource_docs.pending_command(doc) is None and resource_docs.command_done(doc, "c1")
     doc["metadata"]["annotations"][obj.COMMAND] = "not json"
-    assert kc.pending_command(doc) is None
+    assert resource_docs.pending_command(doc) is None
 
 
 def test_start_to_another_version_writes_the_spec_and_to_its_own_version_a_command(
@@ -492,7 +498,7 @@ def test_rows_from_a_status_document() -> None:
         }
     )
     live["status"] = STATUS
-    row = kc.row(live)
+    row = resource_docs.row(live)
     assert (row.namespace, row.name, row.generation) == (NS, "cost", 2)
     assert row.updated == 1738317600.0
     assert "managedFields" not in row.spec["metadata"] and "status" not in row.spec
@@ -538,7 +544,7 @@ def test_rows_from_a_status_document() -> None:
         "message": "paused at step 1",
         "verdicts": [],
     }
-    assert kc.history(row.status) == [
+    assert resource_docs.history(row.status) == [
         {
             "phase": "Paused",
             "step": 1,
@@ -548,7 +554,10 @@ def test_rows_from_a_status_document() -> None:
             "verdicts": [],
         }
     ]
-    assert kc.history({}) == [] and kc.history({"rollout": {"phase": "Idle"}}) == []
+    assert (
+        resource_docs.history({}) == []
+        and resource_docs.history({"rollout": {"phase": "Idle"}}) == []
+    )
 
 
 def test_events_are_the_services_oldest_first_the_newest_kept(
