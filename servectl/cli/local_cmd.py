@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from servectl import processes
 from servectl.cli import console
 from servectl.cli.console import Output, err, fail, out
 
@@ -49,13 +50,6 @@ def _client(directory: Path) -> LocalClient:
         return LocalClient(directory)
     except StoreError as exc:
         raise fail(str(exc), 1) from None
-
-
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def up(
@@ -113,7 +107,7 @@ def up(
             if process.poll() is not None:
                 raise fail(
                     f"the controller exited with code {process.returncode}; last lines of "
-                    f"{log_path}:\n{_log_tail(log_path)}",
+                    f"{log_path}:\n{processes.log_tail(log_path, 15).rstrip()}",
                     1,
                 )
             if time.monotonic() > deadline:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servectl import processes
 from servectl.backends import client as protocol
 from servectl.backends.client import ClientError as ClientError  # the CLI catches it here too
 from servectl.backends.client import Deployed as Deployed
@@ -53,20 +54,6 @@ class ControllerInfo:
     errors: Mapping[str, str]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 class LocalClient:
     """The local runtime's store, seen from the CLI (a
     :class:`~servectl.backends.client.ServiceClient`)."""
@@ -90,7 +77,7 @@ class LocalClient:
         except (OSError, ValueError, IndexError):
             pid = None
         beat = self.store.get_setting("heartbeat") or {}
-        alive = pid is not None and _pid_alive(pid)
+        alive = pid is not None and processes.alive(pid)
         return ControllerInfo(
             pid=pid if alive else None,
             alive=alive,
@@ -106,9 +93,9 @@ class LocalClient:
             return False
         os.kill(info.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _pid_alive(info.pid) and time.monotonic() < deadline:
+        while processes.alive(info.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _pid_alive(info.pid):
+        if processes.alive(info.pid):
             os.kill(info.pid, signal.SIGKILL)
         return True
 
