@@ -16,13 +16,18 @@ Mixed machines exist (this project's development machines mount v1 ``cpu`` and `
 and a v2 hierarchy without them, and have no systemd): v1 controllers are preferred per
 resource when the v2 hierarchy does not offer that controller.
 
-Groups live under ``<hierarchy>/servectl/<name>``; :meth:`Group.remove` deletes them once
-their processes are gone.
+Groups live under ``<hierarchy>/servectl/<scope>/<name>``: the scope is one runtime's
+(:func:`scope_for` its state directory, :meth:`Setup.within`), so two runtimes (or the tests
+and a user's runtime) that run a replica of the same name never share its quota.
+:meth:`Group.remove` deletes a group once its processes are gone, :func:`remove_scope` the
+runtime's scope at ``servectl down``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import hashlib
 import math
 import os
 from collections.abc import Sequence
@@ -55,6 +60,32 @@ class Setup:
     # cgroup v1 with cpu and cpuacct mounted apart: the parent of servectl's groups in the
     # cpuacct hierarchy, where a replica's CPU usage is counted (cpuacct.usage).
     cpuacct: Path | None = None
+    scope: str | None = None  # the runtime's scope the parents above end in (within())
+
+    def within(self, scope: str) -> Setup:
+        """This setup with its groups one level down, in ``scope`` (one runtime's); the
+        same setup when it is scoped there already."""
+        if self.scope == scope:
+            return self
+        if not scope or "/" in scope or scope in (".", ".."):
+            raise ValueError(f"cgroup scope must be one path segment, got {scope!r}")
+
+        def below(parent: Path | None) -> Path | None:
+            return None if parent is None else parent / scope
+
+        return dataclasses.replace(
+            self,
+            cpu=below(self.cpu),
+            memory=below(self.memory),
+            cpuacct=below(self.cpuacct),
+            scope=scope,
+        )
+
+    @property
+    def parents(self) -> tuple[Path, ...]:
+        """The directories that hold the groups, each once."""
+        found = [p for p in (self.cpu, self.memory, self.cpuacct) if p is not None]
+        return tuple(dict.fromkeys(found))
 
     @property
     def limits_cpu(self) -> bool:
@@ -150,6 +181,45 @@ def detect(mounts: Sequence[CgroupMount] | None = None) -> Setup:
         notes=tuple(notes),
         cpuacct=cpuacct,
     )
+
+
+def scope_for(state_dir: Path) -> str:
+    """One runtime's scope: a short hash of its state directory's absolute path (12 hex
+    digits: two state directories share one with a chance of 1 in 2^48)."""
+    path = str(Path(state_dir).expanduser().resolve())
+    return "rt-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def remove_scope(setup: Setup) -> list[str]:
+    """Remove a runtime's scope (``setup`` as :meth:`Setup.within` made it): its groups that
+    no process holds, then the scope itself. Returns what could not be removed, in words
+    (a group with a process still in it); gone already is fine."""
+    if setup.scope is None:
+        return []
+    left: list[str] = []
+    for parent in setup.parents:
+        try:
+            children = [c for c in parent.iterdir() if c.is_dir()]
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            left.append(f"{parent}: {exc}")
+            continue
+        for child in children:
+            try:
+                child.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                left.append(f"{child} (processes still in it?): {exc.strerror or exc}")
+        try:
+            parent.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if not children:
+                left.append(f"{parent}: {exc.strerror or exc}")
+    return left
 
 
 def cpu_quota_us(cores: float, period_us: int = CFS_PERIOD_US) -> int:

@@ -122,10 +122,11 @@ class Runtime:
         self.metrics_config = metrics
         self.clock = clock
         self.store = Store.open(self.paths.store)
-        self.cgroups = cgroups.detect()
         self.supervisor = sup.Supervisor(
-            self.paths.root, cgroups=self.cgroups, command=server_command
+            self.paths.root, cgroups=cgroups.detect(), command=server_command
         )
+        # The supervisor's setup: its groups are in this state directory's own scope.
+        self.cgroups = self.supervisor.cgroup_setup or cgroups.detect([])
         ports = self._ports()
         self.router = router_mod.Router(
             self.paths.haproxy, stats_port=ports["haproxy_stats"], binary=haproxy_binary

@@ -133,6 +133,11 @@ class ClosedError(SupervisorError):
 # --------------------------------------------------------------------------- processes
 
 
+def _scope(directory: Path) -> str:
+    """The directory's cgroup scope (a function: ``__init__``'s argument hides the module)."""
+    return cgroups.scope_for(directory)
+
+
 def _describe_exit(code: int | None, pid: int) -> str:
     if code is None:
         return f"exited (exit code unknown: pid {pid} was adopted, not this supervisor's child)"
@@ -168,7 +173,9 @@ class Supervisor:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.directory = Path(directory)
-        self._setup = cgroups
+        # Groups in this directory's own scope: another supervisor's replica of the same
+        # name (another state directory, the tests) never shares its quota.
+        self._setup = None if cgroups is None else cgroups.within(_scope(self.directory))
         self._command = list(command) if command is not None else launch.default_command()
         if not self._command:
             raise ValueError("command: expected the server's argv, got an empty list")
@@ -201,6 +208,11 @@ class Supervisor:
     def limits(self) -> str:
         """What limits replicas get, or why none (``Setup.describe()``)."""
         return replica_cgroups.describe(self._setup)
+
+    @property
+    def cgroup_setup(self) -> cgroups.Setup | None:
+        """Where this supervisor's groups go (the setup given, in this directory's scope)."""
+        return self._setup
 
     @property
     def registry_path(self) -> Path:
@@ -331,6 +343,9 @@ class Supervisor:
                 break
             time.sleep(0.02)
         self._write_registry()
+        if self._setup is not None and not self._slots:
+            for problem in cgroups.remove_scope(self._setup):
+                log.warning("cgroup left behind: %s", problem)
         self.close()
 
     def close(self) -> None:

@@ -547,8 +547,9 @@ def test_limits_go_into_a_group_per_replica(tmp_path: Path, run_dir: Path, make)
     setup = cgroups.detect(hierarchies)
     sup = make(run_dir, cgroups=setup)
     replica = sup.start(spec(model(tmp_path), cpu_cores=0.5, memory_bytes=256 << 20))
-    cpu = tmp_path / "cg" / "cpu" / "servectl" / "default.m-v1-0"
-    memory = tmp_path / "cg" / "memory" / "servectl" / "default.m-v1-0"
+    scope = cgroups.scope_for(run_dir)  # this supervisor's own (issue 25, item 7)
+    cpu = tmp_path / "cg" / "cpu" / "servectl" / scope / "default.m-v1-0"
+    memory = tmp_path / "cg" / "memory" / "servectl" / scope / "default.m-v1-0"
     assert replica.cgroup == str(cpu)
     assert (cpu / "cpu.cfs_quota_us").read_text() == "50000"
     assert (memory / "memory.limit_in_bytes").read_text() == str(256 << 20)
@@ -563,7 +564,7 @@ def test_an_oom_kill_says_so(tmp_path: Path, run_dir: Path, make) -> None:
     """The kernel counts OOM kills per memory group (v1 memory.oom_control, v2
     memory.events): a SIGKILL with the count up is the memory limit, not chaos."""
     mount = CgroupMount(str(tmp_path / "cg"), "/", 1, frozenset({"memory"}))
-    group = tmp_path / "cg" / "servectl" / "default.m-v1-0"
+    group = tmp_path / "cg" / "servectl" / cgroups.scope_for(run_dir) / "default.m-v1-0"
     group.mkdir(parents=True)
     (group / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     sup = make(run_dir, cgroups=cgroups.detect([mount]))
