@@ -92,3 +92,15 @@ def not_found(message: str) -> ServingError:
 
 def failed_precondition(message: str) -> ServingError:
     return ServingError("FAILED_PRECONDITION", message)
+
+
+# The largest request either front end accepts (a REST body, a gRPC message), unless
+# --max_request_bytes says otherwise: TF Serving's own gRPC limit. Its server builder calls
+# SetMaxMessageSize(kint32max) (tensorflow_serving/model_servers/server.cc), raising gRPC's
+# 4 MiB default to INT32_MAX; its REST server sets none.
+DEFAULT_MAX_REQUEST_BYTES = 2**31 - 1
+
+
+def request_too_large(size: int, limit: int) -> str:
+    """What a request over the limit is told (REST 413, in TF Serving's ``{"error": ...}``)."""
+    return f"Request body of {size} bytes exceeds the limit of {limit} bytes (--max_request_bytes)"

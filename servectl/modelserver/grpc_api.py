@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any, TypeVar
 
-from servectl.modelserver.errors import ServingError
+from servectl.modelserver.errors import DEFAULT_MAX_REQUEST_BYTES, ServingError
 from servectl.modelserver.inference import ModelApi, PredictionApi
 from servectl.modelserver.models import ModelManager
 from servectl.modelserver.monitoring import (
@@ -36,7 +36,8 @@ from servectl.modelserver.monitoring import (
 
 log = logging.getLogger(__name__)
 
-# TF Serving sets its gRPC message size limits to INT_MAX.
+# TF Serving sets its gRPC message size limits to INT_MAX; what a server receives is
+# --max_request_bytes (the same default), what it sends stays at INT_MAX.
 MAX_MESSAGE_BYTES = 2**31 - 1
 
 _T = TypeVar("_T")
@@ -146,7 +147,10 @@ class GrpcServer:
         port: int,
         max_workers: int = 16,
         metrics: ServingMetrics | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
+        """A message over ``max_request_bytes`` fails with gRPC's own RESOURCE_EXHAUSTED
+        (``Received message larger than max (N vs. M)``) before any handler runs."""
         import grpc
         from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
@@ -154,7 +158,7 @@ class GrpcServer:
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", max_request_bytes),
                 # gRPC's default SO_REUSEPORT lets a second server bind a port that one
                 # already serves, and clients then reach either at random: refuse instead.
                 ("grpc.so_reuseport", 0),

@@ -22,7 +22,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from servectl.modelserver import rest_api
+from servectl.modelserver import errors, rest_api
 from servectl.modelserver.models import ModelManager
 from servectl.modelserver.monitoring import (
     CONTENT_TYPE,
@@ -31,8 +31,9 @@ from servectl.modelserver.monitoring import (
 
 log = logging.getLogger(__name__)
 
-# Largest request body accepted; larger ones get 413 before the body is read.
-MAX_BODY_BYTES = 64 * 1024 * 1024
+# Largest request body accepted (--max_request_bytes; TF Serving's gRPC limit): a larger
+# Content-Length is answered 413 before a byte of the body is read.
+MAX_BODY_BYTES = errors.DEFAULT_MAX_REQUEST_BYTES
 
 # The whole request head (request line and headers) must arrive within this many seconds
 # of its first byte (or within the request timeout, if that is smaller).
@@ -217,14 +218,8 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         length = int(text)
         if length > self.server.max_body_bytes:
-            self._send(
-                413,
-                {
-                    "error": f"Request body of {length} bytes exceeds the limit of "
-                    f"{self.server.max_body_bytes} bytes"
-                },
-                close=True,
-            )
+            limit = self.server.max_body_bytes
+            self._send(413, {"error": errors.request_too_large(length, limit)}, close=True)
             return None
         body = self.rfile.read(length) if length > 0 else b""
         self._set_deadline(None, "")
@@ -462,6 +457,8 @@ class RestServer(ThreadingHTTPServer):
         ``clock`` (monotonic seconds) times the head and body deadlines."""
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if max_body_bytes < 0:
+            raise ValueError("max_body_bytes must be 0 or more")
         self.api = rest_api.RestApi(manager, metrics)
         self.metrics_path = metrics_path if metrics is not None else None
         self.request_timeout_s = request_timeout_s

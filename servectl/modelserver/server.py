@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from servectl.modelserver.errors import ServingError
+from servectl.modelserver.errors import DEFAULT_MAX_REQUEST_BYTES, ServingError
 
 # The REST module imports no TensorFlow at import time; its limits are the flags' defaults.
 from servectl.modelserver.rest import DEFAULT_MAX_CONNECTIONS
@@ -81,6 +81,7 @@ class Flags:
     rest_api_bind_address: str
     rest_api_timeout_in_ms: int
     rest_api_max_connections: int
+    max_request_bytes: int
     model_name: str
     model_base_path: str
     model_config_file: str
@@ -143,6 +144,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_CONNECTIONS,
         help="REST connections served at once (a thread each); more are answered 503 "
         "(servectl extension)",
+    )
+    add(
+        "--max_request_bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="largest request accepted: a REST body over it is answered 413 before it is "
+        "read, a gRPC message over it fails RESOURCE_EXHAUSTED (servectl extension; the "
+        "default is TF Serving's gRPC limit, INT32_MAX)",
     )
     add("--model_name", default="default", help="name of the model (with --model_base_path)")
     add("--model_base_path", default="", help="directory holding numbered version dirs")
@@ -222,6 +231,11 @@ def parse_flags(argv: Sequence[str]) -> Flags:
         value = getattr(known, name)
         if value < 0:
             raise FlagError(f"--{name}={value}: must be 0 or more")
+    if not 1 <= known.max_request_bytes <= DEFAULT_MAX_REQUEST_BYTES:
+        raise FlagError(
+            f"--max_request_bytes={known.max_request_bytes}: must be 1 to "
+            f"{DEFAULT_MAX_REQUEST_BYTES} (gRPC's largest message)"
+        )
     if known.rest_api_max_connections < 1:
         raise FlagError(
             f"--rest_api_max_connections={known.rest_api_max_connections}: must be 1 or more"
@@ -355,7 +369,13 @@ def run(flags: Flags, stop: threading.Event) -> int:
     grpc_server = None
     if flags.port > 0:
         try:
-            grpc_server = serve_grpc(manager, flags.grpc_bind_address, flags.port, metrics=metrics)
+            grpc_server = serve_grpc(
+                manager,
+                flags.grpc_bind_address,
+                flags.port,
+                metrics=metrics,
+                max_request_bytes=flags.max_request_bytes,
+            )
         except OSError as exc:  # taken since check_ports (a race), or another bind failure
             raise _bind_failure("port", flags.port, "grpc_bind_address", flags, exc) from exc
         log.info(
@@ -374,6 +394,7 @@ def run(flags: Flags, stop: threading.Event) -> int:
                 flags.rest_api_port,
                 request_timeout_s=timeout,
                 max_connections=flags.rest_api_max_connections,
+                max_body_bytes=flags.max_request_bytes,
                 metrics=metrics,
                 metrics_path=metrics_path,
             )
