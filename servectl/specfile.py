@@ -70,28 +70,33 @@ def read_documents(path: str | Path) -> list[dict[str, Any]]:
     return [dict(document.content) for document in _read(Path(path))]
 
 
-def load_file(path: str | Path) -> list[models.ModelService | models.ScalingPolicy]:
+def load_file(
+    path: str | Path, *, probe_policies: bool = False
+) -> list[models.ModelService | models.ScalingPolicy]:
     """Every resource in a file, dispatched on ``kind``.
 
     Raises SpecError with ``source`` set to the file and each issue's line, covering
     all documents in the file at once, and SpecFileError for a file with no resource.
+    ``probe_policies`` (``deploy``, ``validate``): a CEL policy that compiles must also
+    work on a plain cycle (:func:`servectl.api.validation.policy_issues`).
     """
     file = Path(path)
     resources: list[models.ModelService | models.ScalingPolicy] = []
     issues: list[validation.Issue] = []
     for document in _read(file):
         try:
-            resources.append(validation.load_document(document.content))
+            resource = validation.load_document(document.content)
+            found = validation.policy_issues(resource) if probe_policies else []
         except validation.SpecError as error:
-            issues.extend(
-                validation.Issue(
-                    issue.loc,
-                    issue.message,
-                    issue.fix,
-                    _line(document.node, document.loc + issue.loc),
-                )
-                for issue in error.issues
+            found = list(error.issues)
+        else:
+            resources.append(resource)
+        issues.extend(
+            validation.Issue(
+                issue.loc, issue.message, issue.fix, _line(document.node, document.loc + issue.loc)
             )
+            for issue in found
+        )
     if issues:
         raise validation.SpecError(issues, source=str(file))
     if not resources:
@@ -100,6 +105,18 @@ def load_file(path: str | Path) -> list[models.ModelService | models.ScalingPoli
             "expected a ModelService or ScalingPolicy (see deploy/examples/)"
         )
     return resources
+
+
+def error_text(path: str | Path, error: Exception) -> str:
+    """What :func:`load_file` raised, as the one text to print: the file named once (a
+    SpecError and a SpecFileError name it already, with the line)."""
+    if isinstance(error, validation.SpecError) and error.source is not None:
+        return str(error)
+    if isinstance(error, SpecFileError):
+        return str(error)
+    if isinstance(error, OSError):
+        return f"{path}: cannot read: {error.strerror or error}"
+    return f"{path}: {error}"
 
 
 def _read(file: Path) -> list[_Document]:

@@ -11,7 +11,9 @@ issue::
 
 Besides the models' own rules, loading compiles CEL policies
 (``servectl.autoscaling.cel_policy``) so a broken expression is reported at load time,
-with its line and column, rather than on the first reconcile.
+with its line and column, rather than on the first reconcile; and :func:`policy_issues`
+runs a policy that compiles on a plain cycle (:func:`probe_snapshot`), so ``deploy`` and
+``validate`` refuse one that would fail on every cycle.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pydantic
 from pydantic_core import ErrorDetails
 
 from servectl.api import models
-from servectl.autoscaling import cel_policy
+from servectl.autoscaling import cel_policy, snapshot
 
 Loc = tuple[str | int, ...]
 _ModelT = TypeVar("_ModelT", bound=pydantic.BaseModel)
@@ -130,6 +132,125 @@ def format_path(loc: Loc) -> str:
             # Map keys such as label names: app.kubernetes.io/name
             parts.append(f"[{part!r}]")
     return "".join(parts) or ROOT_PATH
+
+
+# ----------------------------------------------------------------------------- policy probe
+
+PROBE_TIME = 1_736_164_800.0
+"""The probe's clock: Monday 2025-01-06 12:00 UTC (a weekday, within office hours)."""
+PROBE_PARAM = 1.0
+"""A ScalingPolicy's ``params.<name>`` that only a ModelService may set, while probing."""
+_PROBE_FIX = (
+    "make it work there (state is empty on the first call); try it with "
+    "`servectl policy eval docs/examples/snapshot.json --cel ...` (docs/policies.md)"
+)
+
+
+def probe_snapshot(min_replicas: int = 1, max_replicas: int = 10) -> snapshot.Snapshot:
+    """A plain cycle of a running service: two ready replicas, every signal measured, no
+    rollout. What a policy that works at all must evaluate on."""
+    current = max(min_replicas, min(2, max_replicas))
+    pods = tuple(
+        snapshot.PodSample(name=f"probe-{i}", cpu_usage_cores=0.5, cpu_request_cores=1.0)
+        for i in range(current)
+    )
+    return snapshot.Snapshot(
+        time=PROBE_TIME,
+        replicas=snapshot.Replicas(
+            current=current, ready=current, min=min_replicas, max=max_replicas
+        ),
+        signals=snapshot.Signals(
+            cpu_utilization=50.0,
+            cpu_usage_cores=0.5 * current,
+            gpu_duty_cycle=50.0,
+            rps=20.0,
+            concurrency=2.0,
+            latency_ms={"p50": 40.0, "p90": 70.0, "p95": 80.0, "p99": 100.0},
+            error_rate=0.0,
+        ),
+        pods=pods,
+    )
+
+
+def probe_policy(
+    program: cel_policy.CompiledPolicy,
+    params: Mapping[str, float],
+    *,
+    min_replicas: int = 1,
+    max_replicas: int = 10,
+) -> str | None:
+    """Why a compiled policy fails on :func:`probe_snapshot` (run twice, the second time
+    with the state the first returned, as the loop would), or None when it works.
+
+    A policy that compiles can still fail on every cycle (``recommended * 1.5``: CEL does
+    not mix int and double); the loop would then fall back to servectl's recommendation
+    forever. ``deploy`` and ``validate`` refuse it instead."""
+    snap = probe_snapshot(min_replicas, max_replicas)
+    state: Mapping[str, Any] | None = None
+    for _ in range(2):
+        try:
+            result = program.evaluate(snap, snap.replicas.current, params=params, state=state)
+        except cel_policy.PolicyRuntimeError as error:
+            return str(error)
+        state = result.state
+    return None
+
+
+def probe_issue(
+    loc: Loc,
+    name: str,
+    program: cel_policy.CompiledPolicy,
+    params: Mapping[str, float],
+    *,
+    min_replicas: int = 1,
+    max_replicas: int = 10,
+) -> Issue | None:
+    """:func:`probe_policy` as an :class:`Issue` at ``loc`` naming policy ``name``."""
+    problem = probe_policy(program, params, min_replicas=min_replicas, max_replicas=max_replicas)
+    if problem is None:
+        return None
+    what = "the policy" if name == "inline" else f"ScalingPolicy {name}"
+    return Issue(
+        loc, f"{what} fails on a plain cycle (every signal measured): {problem}", _PROBE_FIX
+    )
+
+
+def policy_issues(
+    resource: models.ModelService | models.ScalingPolicy,
+    library: Mapping[str, models.ScalingPolicy] | None = None,
+) -> list[Issue]:
+    """The probe (:func:`probe_policy`) of the policy a loaded resource holds: an inline
+    policy with its params, a ScalingPolicy with its defaults (``PROBE_PARAM`` for a
+    param only a ModelService sets); with ``library`` (``deploy``), a ``ref`` too, with
+    the params the service gives it. A ``ref`` missing from ``library`` is not probed:
+    resolving the policy reports it."""
+    loc: Loc
+    if isinstance(resource, models.ScalingPolicy):
+        expression, loc = resource.spec.cel, ("spec", "cel")
+        given: Mapping[str, float] = resource.spec.params
+        name, low, high = resource.metadata.name, 1, 10
+    else:
+        autoscaling = resource.spec.autoscaling
+        policy = autoscaling.policy
+        if policy is None or (policy.cel is None and library is None):
+            return []
+        try:
+            resolved = autoscaling.resolve_policy(library or {})
+        except models.UnknownPolicyError:
+            return []
+        if resolved is None:
+            return []
+        field = "cel" if resolved.ref is None else "ref"
+        expression, loc = resolved.cel, ("spec", "autoscaling", "policy", field)
+        given, name = resolved.params, resolved.name
+        low, high = autoscaling.min_replicas, autoscaling.max_replicas
+    try:
+        program = cel_policy.compile_expression(expression)
+    except cel_policy.PolicyCompileError:
+        return []  # loading reported it
+    params = {key: PROBE_PARAM for key in program.params_read} | dict(given)
+    issue = probe_issue(loc, name, program, params, min_replicas=low, max_replicas=high)
+    return [] if issue is None else [issue]
 
 
 # ----------------------------------------------------------------------------- internals

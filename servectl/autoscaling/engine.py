@@ -434,8 +434,9 @@ class EnginePolicy:
         desired, reason, detail = choice.desired, choice.reason, choice.detail
         recommended = desired
         policy_state = state.policy
+        policy_error: str | None = None
         if self.custom is not None:
-            desired, reason, detail, policy_state = self._run_custom(
+            desired, reason, detail, policy_state, policy_error = self._run_custom(
                 snap, recommended, reason, detail, policy_state
             )
         held_by_panic = in_panic and desired < current
@@ -517,6 +518,7 @@ class EnginePolicy:
                 recommended=result,
                 proposals={name: p.replicas for name, p in asks.proposals.items()},
                 forecast=asks.forecast_note,
+                policy_error=policy_error,
             ),
             new_state,
         )
@@ -734,8 +736,9 @@ class EnginePolicy:
         reason: Reason,
         detail: str,
         policy_state: Mapping[str, Any] | None,
-    ) -> tuple[int, Reason, str, Mapping[str, Any] | None]:
-        """The custom policy's replicas, reason and detail, and its new state."""
+    ) -> tuple[int, Reason, str, Mapping[str, Any] | None, str | None]:
+        """The custom policy's replicas, reason and detail, its new state, and why it
+        failed (None: it did not)."""
         assert self.custom is not None
         try:
             out = self.custom.program.evaluate(
@@ -748,13 +751,21 @@ class EnginePolicy:
                 f"policy {self.custom.name} failed ({err}); using the recommendation "
                 f"{recommended} ({reason.value}: {detail})",
                 policy_state,
+                f"policy {self.custom.name} failed: {err}",
             )
         why = out.reason or f"policy {self.custom.name}"
         if out.replicas == recommended:
-            return recommended, reason, f"{detail}; policy {self.custom.name} agreed", out.state
+            return (
+                recommended,
+                reason,
+                f"{detail}; policy {self.custom.name} agreed",
+                out.state,
+                None,
+            )
         return (
             out.replicas,
             Reason.POLICY,
             f"{why} (recommended {recommended}: {detail})",
             out.state,
+            None,
         )

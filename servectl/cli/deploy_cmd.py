@@ -94,9 +94,9 @@ def deploy(
         if name is not None or model_path is not None:
             raise fail("give either -f FILE or NAME --model-path DIR, not both")
         try:
-            docs = specfile.load_file(file)
-        except (OSError, validation.SpecError, ValueError) as exc:
-            raise fail(f"{file}: {exc}") from None
+            docs = specfile.load_file(file, probe_policies=True)
+        except (OSError, ValueError) as exc:
+            raise fail(specfile.error_text(file, exc)) from None
         services = [d for d in docs if isinstance(d, models.ModelService)]
         policies = [d for d in docs if isinstance(d, models.ScalingPolicy)]
         base_dir = file.resolve().parent

@@ -19,17 +19,19 @@ crds_app = typer.Typer(help="CustomResourceDefinitions for ModelService and Scal
 def validate(
     files: Annotated[list[Path], typer.Argument(help="ModelService / ScalingPolicy YAML files.")],
 ) -> None:
-    """Check ModelService and ScalingPolicy files; every problem names its field and fix."""
+    """Check ModelService and ScalingPolicy files; every problem names its field and fix.
+
+    A CEL policy must compile and work on a plain cycle (every signal measured)."""
     from servectl import specfile
-    from servectl.api import validation
 
     bad = 0
     for path in files:
         try:
-            docs = specfile.load_file(path)
-        except (OSError, validation.SpecError, ValueError) as exc:
+            docs = specfile.load_file(path, probe_policies=True)
+        except (OSError, ValueError) as exc:
             bad += 1
-            err.print(f"[red]{escape(str(path))}: invalid[/]\n{escape(str(exc))}", highlight=False)
+            problems = specfile.error_text(path, exc)
+            err.print(f"[red]{escape(str(path))}: invalid[/]\n{escape(problems)}", highlight=False)
             continue
         kinds = ", ".join(f"{type(d).__name__} {d.metadata.name}" for d in docs)
         out.print(f"{path}: ok ({kinds})", highlight=False, markup=False)

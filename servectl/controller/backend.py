@@ -37,6 +37,7 @@ class EventReason(enum.StrEnum):
     WEIGHTS_CHANGED = "WeightsChanged"  # a weight or the header route moved
     ROLLOUT_PHASE = "RolloutPhaseChanged"
     COMMAND_REFUSED = "CommandRefused"  # a user's rollout command could not be carried out
+    POLICY_FAILED = "PolicyFailed"  # the custom CEL policy failed (once per distinct error)
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # metrics went stale: holding (rule 8)
     METRICS_RESTORED = "MetricsRestored"
     CREATED = "Created"  # a new service's first revision

@@ -40,6 +40,7 @@ class ConditionReason(enum.StrEnum):
     AT_MAX = "AtMaxReplicas"  # the policy wanted more than maxReplicas
     AT_MIN = "AtMinReplicas"  # the policy wanted fewer than minReplicas
     RECOMMEND_ONLY = "RecommendOnly"  # mode: recommend: nothing is applied
+    POLICY_FAILED = "PolicyFailed"  # the custom policy failed: the recommendation stands
 
 
 def timestamp(now: float) -> datetime:
@@ -216,8 +217,15 @@ def build(
         )
     )
     requested, bounds = outcome.requested, outcome.limits
+    failed = _policy_failure(outcome)
     if not applied:
-        limited = (S.TRUE, ConditionReason.RECOMMEND_ONLY, "mode: recommend: nothing is applied")
+        limited = (
+            S.TRUE,
+            ConditionReason.RECOMMEND_ONLY,
+            "mode: recommend: nothing is applied" + (f"; {failed}" if failed else ""),
+        )
+    elif failed is not None:
+        limited = (S.TRUE, ConditionReason.POLICY_FAILED, failed)
     elif requested is not None and bounds is not None and requested > bounds.max_replicas:
         limited = (
             S.TRUE,
@@ -238,6 +246,16 @@ def build(
         revisions=revisions, rollout=rollout, autoscaling=autoscaling, conditions=conditions
     )
     return status, events_for(status, previous, outcome, observed, now=now, applied=applied)
+
+
+def _policy_failure(outcome: Outcome) -> str | None:
+    """The custom policy's failure this cycle, as ``ScalingLimited`` says it (None: it
+    ran, or there is none). The message holds the error only, no replica counts, so it
+    stays the same while the same error lasts: the event is due once per distinct error."""
+    decision = outcome.decision
+    if decision is None or decision.policy_error is None:
+        return None
+    return f"{decision.policy_error}; servectl's own recommendation is used instead"
 
 
 def events_for(
@@ -298,6 +316,13 @@ def events_for(
         )
     for text in outcome.errors:
         events.append(Event(now, EventType.WARNING, EventReason.COMMAND_REFUSED, text))
+    failed = _policy_failure(outcome)
+    old_limit = previous.condition(C.SCALING_LIMITED) if previous else None
+    new_limit = status.condition(C.SCALING_LIMITED)
+    if failed is not None and (
+        old_limit is None or new_limit is None or old_limit.message != new_limit.message
+    ):
+        events.append(Event(now, EventType.WARNING, EventReason.POLICY_FAILED, failed))
     old_ok = previous.condition(C.METRICS_AVAILABLE) if previous else None
     new_ok = status.condition(C.METRICS_AVAILABLE)
     if old_ok is not None and new_ok is not None and old_ok.status is not new_ok.status:

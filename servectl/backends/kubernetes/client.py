@@ -317,6 +317,9 @@ class KubeClient:
             policy_for(service, library)
         except PolicySpecError as exc:
             raise ClientError(str(exc)) from None
+        probed = validation.policy_issues(service, library)
+        if probed:
+            raise ClientError(str(validation.SpecError(probed)))
 
     def policies(self, namespace: str) -> dict[str, models.ScalingPolicy]:
         """The namespace's ScalingPolicies (the ones a ``policy.ref`` may name)."""

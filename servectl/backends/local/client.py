@@ -124,8 +124,10 @@ class LocalClient:
         """Create or update a service (and the ScalingPolicies it may refer to).
 
         Checks before writing anything: the model path has the version (the latest when
-        none is given, which is then written into the spec), the CEL policy compiles, and
-        on an update whose version changed, a rollout to it is queued."""
+        none is given, which is then written into the spec), the CEL policy compiles and
+        works on a plain cycle, and on an update whose version changed, a rollout to it is
+        queued."""
+        from servectl.api import validation
         from servectl.controller.spec import PolicySpecError, policy_for
         from servectl.rollout.machine import Op
 
@@ -153,6 +155,9 @@ class LocalClient:
             self.put_policy(policy)
         doc = service.model_dump(mode="json", by_alias=True, exclude_none=True)
         existing = self.store.get_spec(meta.namespace, meta.name)
+        probed = validation.policy_issues(service, library)
+        if probed:
+            raise ClientError(str(validation.SpecError(probed)))
         rollout_to: int | None = None
         if existing is not None:
             current = self._serving_version(meta.namespace, meta.name, existing)
@@ -252,8 +257,9 @@ class LocalClient:
         min_replicas: int | None = None,
         max_replicas: int | None = None,
     ) -> models.ModelService:
-        """Change the replica bounds (``replicas`` pins both)."""
-        from servectl.api import models
+        """Change the replica bounds (``replicas`` pins both); refused, naming the field
+        and the fix, as ``deploy`` would refuse them (``servectl.api.validation``)."""
+        from servectl.api import validation
 
         service = self.get(namespace, name)
         auto = service.spec.autoscaling
@@ -265,9 +271,9 @@ class LocalClient:
         doc["spec"]["autoscaling"]["minReplicas"] = low
         doc["spec"]["autoscaling"]["maxReplicas"] = high
         try:
-            updated = models.ModelService.model_validate(doc)
-        except ValueError as exc:
-            raise ClientError(f"spec.autoscaling: {exc}") from None
+            updated = validation.load_model_service(doc)
+        except validation.SpecError as exc:
+            raise ClientError(str(exc)) from None
         self.store.put_spec(namespace, name, doc)
         return updated
 
