@@ -79,7 +79,21 @@ app.command("loadtest")(loadtest)
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Show what TensorFlow prints as it starts, here and (with `up`) in the "
+            "controller's model servers; the same as SERVECTL_VERBOSE=1.",
+        ),
+    ] = False,
 ) -> None:
+    if verbose:
+        import os
+
+        from servectl.modelserver import tf_startup  # imports no TensorFlow
+
+        os.environ[tf_startup.VERBOSE_ENV] = "1"  # inherited by the processes started
     if version:
         out.print(f"servectl {__version__}")
         raise typer.Exit()

@@ -239,7 +239,9 @@ def write_model_config(
 
 
 def _save(p: VersionPlan, export_dir: Path) -> None:
-    import tensorflow as tf
+    from servectl.modelserver import tf_startup
+
+    tf = tf_startup.import_tensorflow()  # the CLI's stderr without TensorFlow's start-up noise
 
     if p.model == HALF_PLUS_TWO:
         module, signatures = _half_plus_two(tf, p.bias)

@@ -291,7 +291,9 @@ def check_ports(flags: Flags) -> None:
 
 
 def _apply_threading(flags: Flags) -> None:
-    import tensorflow as tf
+    from servectl.modelserver import tf_startup
+
+    tf = tf_startup.import_tensorflow()  # the first import: its start-up noise held back
 
     try:
         if flags.tensorflow_intra_op_parallelism > 0:
