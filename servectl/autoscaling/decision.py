@@ -44,8 +44,8 @@ class Decision:
     recommended: int | None = None
     proposals: Mapping[str, float] = field(default_factory=dict)
     forecast: str | None = None  # the forecaster's state in words, when it is on
-
     policy_error: str | None = None  # the custom policy failed: why (the loop fell back)
+
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "replicas": self.replicas,
@@ -57,6 +57,6 @@ class Decision:
         }
         if self.forecast is not None:
             doc["forecast"] = self.forecast
-        return doc
         if self.policy_error is not None:
             doc["policyError"] = self.policy_error
+        return doc

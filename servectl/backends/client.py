@@ -94,6 +94,7 @@ class ServiceSummary:
     generation: int
     updated: float  # seconds since the epoch: the spec's last write, or the creation time
     endpoints: Endpoints | None = None
+    stale: str | None = None  # why the status may no longer hold (its controller is down)
 
     @property
     def document(self) -> dict[str, Any]:

@@ -91,6 +91,9 @@ def get(
         listed = client.listing_namespace(namespace, all_namespaces)
         rows = client.list_services(listed, name)
         empty = client.no_services(listed, namespace or client.namespace) if not rows else ""
+    stale = next((r.stale for r in rows if r.stale is not None), None)
+    if stale is not None:  # on stderr: -o json|yaml stay parseable (Ready is Unknown there)
+        console.err.print(f"note: {stale}", highlight=False, markup=False)
     if output.machine:
         console.print_records([r.document for r in rows], output)
         return

@@ -289,7 +289,13 @@ def status(
     state: StateDirOption = None,
     output: console.OutputOption = Output.TABLE,
 ) -> None:
-    """Is the local runtime up: controller, router, Prometheus, services and replicas."""
+    """Is the local runtime up: controller, router, Prometheus, services and replicas.
+
+    Exits 0 while the controller runs and ticks; 1 when it is stopped (after `servectl
+    down`, a crash, or never started) or no longer ticks, and says so: what the store
+    holds is then only what it last saw."""
+    from servectl.backends.local.client import HEARTBEAT_STALE_S
+
     directory = state_dir(state)
     client = _client(directory)
     try:
@@ -303,8 +309,11 @@ def status(
     finally:
         client.close()
     age = time.time() - info.last_tick if info.last_tick else None
+    ticking = info.alive and age is not None and age <= HEARTBEAT_STALE_S
+    word = "running" if ticking else "not ticking" if info.alive else "stopped"
     record = {
         "stateDir": str(directory),
+        "state": word,
         "controller": {
             "running": info.alive,
             "pid": info.pid,
@@ -312,9 +321,14 @@ def status(
             "tickSeconds": info.tick_seconds,
             "errors": dict(info.errors),
         },
-        "prometheus": f"http://127.0.0.1:{ports['prometheus']}" if "prometheus" in ports else None,
+        # Addresses only while the controller keeps them: after `down` nothing answers.
+        "prometheus": (
+            f"http://127.0.0.1:{ports['prometheus']}" if ticking and "prometheus" in ports else None
+        ),
         "haproxyStats": (
-            f"http://127.0.0.1:{ports['haproxy_stats']}/stats" if "haproxy_stats" in ports else None
+            f"http://127.0.0.1:{ports['haproxy_stats']}/stats"
+            if ticking and "haproxy_stats" in ports
+            else None
         ),
         "limits": limits,
         "services": len(services),
@@ -322,24 +336,44 @@ def status(
     }
     if output.machine:
         console.print_records([record], output)
+        if not ticking:
+            raise typer.Exit(1)
         return
-    state_word = "running" if info.alive else "not running"
-    out.print(
-        f"controller: {state_word}" + (f" (pid {info.pid})" if info.pid else ""), highlight=False
-    )
-    if age is not None:
+    if ticking:
+        out.print(f"controller: running (pid {info.pid})", highlight=False)
         out.print(
             f"  last tick {age:.1f} s ago, took {info.tick_seconds or 0:.3f} s", highlight=False
         )
+    elif info.alive:
+        last = f"{age:.0f} s ago" if age is not None else "never"
+        out.print(f"controller: NOT TICKING (pid {info.pid}; last tick {last})", highlight=False)
+    else:
+        last = f"; its last tick was {age:.0f} s ago" if age is not None else ""
+        out.print(f"stopped: the controller is not running{last}", highlight=False)
     for key, message in info.errors.items():
         out.print(f"  error in {key}: {message}", highlight=False, markup=False)
-    out.print(f"prometheus: {record['prometheus']}", highlight=False)
-    out.print(f"haproxy:    {record['haproxyStats']}", highlight=False)
+    if ticking:
+        out.print(f"prometheus: {record['prometheus']}", highlight=False)
+        out.print(f"haproxy:    {record['haproxyStats']}", highlight=False)
     out.print(f"limits:     {limits}", highlight=False, markup=False)
-    out.print(f"services:   {len(services)}, replicas: {len(replicas)}", highlight=False)
+    if ticking:
+        out.print(f"services:   {len(services)}, replicas: {len(replicas)}", highlight=False)
+    else:
+        left = f"{len(replicas)} left running (`servectl down` stops them)" if replicas else "0"
+        out.print(
+            f"services:   {len(services)} (`servectl get` shows them as last seen), "
+            f"replicas: {left}",
+            highlight=False,
+        )
     out.print(f"state:      {directory}", highlight=False)
-    if not info.alive:
-        out.print("start it with: servectl up", highlight=False)
+    if not ticking:
+        out.print(
+            "start it with: servectl up"
+            if not info.alive
+            else f"see {directory / 'controller.log'}; `servectl down` then `servectl up`",
+            highlight=False,
+        )
+        raise typer.Exit(1)
 
 
 def doctor(state: StateDirOption = None) -> None:

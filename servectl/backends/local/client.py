@@ -46,6 +46,14 @@ NO_STATUS = "no status yet: the controller has not reconciled it (is it up? `ser
 
 
 @dataclass(frozen=True)
+class Stale:
+    """The services' status is the controller's last word, and it no longer speaks."""
+
+    last_tick: float  # seconds since the epoch
+    note: str  # what to tell the user
+
+
+@dataclass(frozen=True)
 class ControllerInfo:
     pid: int | None
     alive: bool
@@ -99,6 +107,27 @@ class LocalClient:
             os.kill(info.pid, signal.SIGKILL)
         return True
 
+    def stale(self) -> Stale | None:
+        """Why what the store says of the services may no longer hold: the controller that
+        writes it has run (its heartbeat is there) but is not running now, or has not
+        ticked for :data:`HEARTBEAT_STALE_S`. None: it is up, or has never run."""
+        info = self.controller()
+        if info.last_tick is None:
+            return None
+        age = time.time() - info.last_tick
+        if info.alive and age <= HEARTBEAT_STALE_S:
+            return None
+        what = (
+            f"the controller (pid {info.pid}) has not ticked for {age:.0f} s"
+            if info.alive
+            else "the controller is not running"
+        )
+        return Stale(
+            last_tick=info.last_tick,
+            note=f"{what}: READY, WEIGHTS and ROLLOUT are as it last saw them, {age:.0f} s "
+            "ago, not what runs now; `servectl status` says more, `servectl up` starts it",
+        )
+
     def controller_warning(self) -> str | None:
         if self.controller().alive:
             return None
@@ -151,13 +180,13 @@ class LocalClient:
             policy_for(service, library)
         except PolicySpecError as exc:
             raise ClientError(str(exc)) from None
+        probed = validation.policy_issues(service, library)
+        if probed:
+            raise ClientError(str(validation.SpecError(probed)))
         for policy in policies:
             self.put_policy(policy)
         doc = service.model_dump(mode="json", by_alias=True, exclude_none=True)
         existing = self.store.get_spec(meta.namespace, meta.name)
-        probed = validation.policy_issues(service, library)
-        if probed:
-            raise ClientError(str(validation.SpecError(probed)))
         rollout_to: int | None = None
         if existing is not None:
             current = self._serving_version(meta.namespace, meta.name, existing)
@@ -339,15 +368,17 @@ class LocalClient:
             rows = [r for r in rows if r.name == name]
             if not rows:
                 raise ClientError(self._not_found(namespace or DEFAULT_NAMESPACE, name))
+        stale = self.stale()
         return [
             protocol.ServiceSummary(
                 namespace=r.namespace,
                 name=r.name,
                 spec=r.spec,
-                status=self.status(r.namespace, r.name) or {},
+                status=_as_last_seen(self.status(r.namespace, r.name) or {}, stale),
                 generation=r.generation,
                 updated=r.updated,
                 endpoints=self._endpoints(r.namespace, r.name),
+                stale=None if stale is None else stale.note,
             )
             for r in rows
         ]
@@ -359,7 +390,7 @@ class LocalClient:
         # The spec as deploy, scale and rollout wrote it (the model's own dump): no model
         # is built to show it.
         spec = self._spec(namespace, name).spec
-        status = self.status(namespace, name) or {}
+        status = _as_last_seen(self.status(namespace, name) or {}, self.stale())
         return protocol.Description(
             namespace=namespace,
             name=name,
@@ -474,6 +505,32 @@ class LocalClient:
                 lines = ["(no log)"]
             tails.append(protocol.LogTail(pod, lines))
         return tails
+
+
+STALE_REASON = "ControllerNotRunning"
+"""``Ready=Unknown``'s reason while the controller is down: a kubelet that stops posting
+leaves its Node ``Ready=Unknown`` the same way (``NodeStatusUnknown``)."""
+
+
+def _as_last_seen(status: dict[str, Any], stale: Stale | None) -> dict[str, Any]:
+    """``status`` as reads show it: while the controller is down (``stale``), its
+    ``Ready`` condition is ``Unknown`` (reason :data:`STALE_REASON`, since the last tick),
+    so ``get -o json`` says the rest is as last seen; the store is left as it is."""
+    if stale is None or not status:
+        return status
+    from datetime import UTC, datetime
+
+    seen = datetime.fromtimestamp(stale.last_tick, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": STALE_REASON,
+        "message": f"the controller is not ticking (last tick {seen}): this status is as "
+        "it last saw it; `servectl up` starts it",
+        "lastTransitionTime": seen,
+    }
+    others = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
+    return {**status, "conditions": [ready, *others]}
 
 
 def _event(event: StoredEvent) -> protocol.EventRecord:

@@ -112,6 +112,12 @@ def test_deploy_refuses_a_referenced_policy_that_the_services_params_break(
     line = " ".join(result.stderr.split())
     assert "spec.autoscaling.policy.ref: ScalingPolicy divide fails on a plain cycle" in line
     assert "division by zero" in line
+    client = LocalClient(state)
+    try:  # a refused deploy writes nothing, not even the ScalingPolicy beside it
+        assert client.store.get_spec("default", "cost") is None
+        assert client.policies() == {}
+    finally:
+        client.close()
 
 
 # --------------------------------------------------------------------------- run time
@@ -176,3 +182,19 @@ def test_recommend_mode_names_the_failure_and_warns_once() -> None:
     assert limited is not None and limited.reason == "RecommendOnly"
     assert "policy mine failed" in limited.message
     assert len([e for e in backend.events if e.reason is EventReason.POLICY_FAILED]) == 1
+
+
+def test_the_decision_names_the_policy_error_for_explain() -> None:
+    from servectl.testing import make_snapshot
+
+    failing = engine.EnginePolicy(
+        config.AutoscalingConfig(), engine.CustomPolicy("mine", _program("recommended * 1.5"))
+    )
+    decision, _ = failing.decide(make_snapshot(current=2, rps=20.0, cpu_utilization=50.0), {})
+    assert decision.policy_error is not None and decision.policy_error.startswith("policy mine")
+    assert decision.to_dict()["policyError"] == decision.policy_error
+    working = engine.EnginePolicy(
+        config.AutoscalingConfig(), engine.CustomPolicy("mine", _program("recommended"))
+    )
+    decision, _ = working.decide(make_snapshot(current=2, rps=20.0, cpu_utilization=50.0), {})
+    assert decision.policy_error is None and "policyError" not in decision.to_dict()
