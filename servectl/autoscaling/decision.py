@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -60,3 +61,12 @@ class Decision:
         if self.policy_error is not None:
             doc["policyError"] = self.policy_error
         return doc
+
+
+def instant(t: float) -> str:
+    """A moment in a detail: ``t`` (seconds since the epoch) as an RFC 3339 UTC time to
+    the second, ``2026-11-27T14:03:12Z``, as Kubernetes writes times, never a raw
+    ``t=1795805059``. A time rather than "in 42 s": the text stays true while it sits in
+    status, and a status that did not change is not written again. The CLI shows it in
+    local time with how far it is from now (``servectl.cli.format.readable_times``)."""
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

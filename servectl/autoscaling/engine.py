@@ -51,7 +51,7 @@ from servectl.autoscaling import (
     forecast,
     signals,
 )
-from servectl.autoscaling.decision import Decision, Reason
+from servectl.autoscaling.decision import Decision, Reason, instant
 from servectl.autoscaling.engine_state import EngineState, Pair
 from servectl.autoscaling.policy import State
 from servectl.autoscaling.snapshot import Snapshot
@@ -442,7 +442,7 @@ class EnginePolicy:
         held_by_panic = in_panic and desired < current
         if held_by_panic:
             desired, reason = current, Reason.PANIC
-            detail = f"in panic until t={panic_until:.0f}: no scale-down ({detail})"
+            detail = f"in panic until {instant(panic_until)}: no scale-down ({detail})"
 
         norm = behavior.normalize(
             desired,

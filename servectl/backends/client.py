@@ -22,7 +22,7 @@ it, and must start fast (docs/benchmarks.md, "CLI latency").
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -81,6 +81,16 @@ class Endpoints:
 
     rest_port: int
     grpc_port: int
+    host: str = "127.0.0.1"
+
+    @property
+    def rest_url(self) -> str:
+        """TF Serving's REST API: add ``/v1/models/<model>``."""
+        return f"http://{self.host}:{self.rest_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
 
 
 @dataclass(frozen=True)
@@ -98,8 +108,10 @@ class ServiceSummary:
 
     @property
     def document(self) -> dict[str, Any]:
-        """The whole resource (spec and status), as ``get -o json|yaml`` prints it."""
-        return {**self.spec, "status": self.status}
+        """The resource as ``get -o json|yaml`` prints it (:func:`resource_document`)."""
+        return resource_document(
+            self.spec, self.status, generation=self.generation, endpoints=self.endpoints
+        )
 
 
 @dataclass(frozen=True)
@@ -130,13 +142,14 @@ class Description:
 
     namespace: str
     name: str
-    document: dict[str, Any]  # what -o json|yaml prints: spec and status
+    document: dict[str, Any]  # what -o json|yaml prints: resource_document()
     spec: dict[str, Any] | None  # the resource as servectl reads it; None: it cannot
     status: dict[str, Any]
     events: list[EventRecord]
     no_status: str  # what to say when there is no status yet
     endpoints: Endpoints | None = None
     spec_error: str | None = None  # why servectl cannot read the spec
+    no_endpoints: str | None = None  # what to say when endpoints is None; None: nothing
 
 
 @dataclass(frozen=True)
@@ -206,6 +219,65 @@ def timestamp(value: Any) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+# The metadata ``get -o yaml`` shows, in this order, where set: what kubectl shows but
+# managedFields (which kubectl hides too) and the empty lists a model dump leaves.
+SHOWN_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "finalizers",
+)
+
+
+def public_status(status: Mapping[str, Any], endpoints: Endpoints | None = None) -> dict[str, Any]:
+    """A service's status as users read it: without what only the controller reads back.
+
+    Left out: ``loop`` (the loop state a cluster's controller saves there to resume),
+    ``autoscaling.policyState`` (the policy's history: a pair of numbers per cycle for
+    its stabilization window, surges, peaks) and ``rollout.state`` (the rollout
+    machine's own record; its phase, step, versions, message, winner and verdicts stay).
+    With ``endpoints`` (the local runtime), where the service answers:
+    ``endpoints: {rest: http://127.0.0.1:8501, grpc: 127.0.0.1:8500}``."""
+    shown = {k: v for k, v in status.items() if k != "loop"}
+    for part, internal in (("autoscaling", "policyState"), ("rollout", "state")):
+        if isinstance(shown.get(part), Mapping):
+            shown[part] = {k: v for k, v in shown[part].items() if k != internal}
+    if endpoints is not None:
+        shown["endpoints"] = {"rest": endpoints.rest_url, "grpc": endpoints.grpc_address}
+    return shown
+
+
+def resource_document(
+    resource: Mapping[str, Any],
+    status: Mapping[str, Any],
+    *,
+    generation: int | None = None,
+    endpoints: Endpoints | None = None,
+) -> dict[str, Any]:
+    """A ModelService as ``get -o json|yaml`` and ``describe -o json|yaml`` print it, on
+    either runtime, in kubectl's shape: ``apiVersion``, ``kind``, ``metadata`` (name,
+    namespace, generation, creationTimestamp, and labels, annotations and the API
+    server's fields where set: :data:`SHOWN_METADATA`), ``spec`` and ``status``
+    (:func:`public_status`). ``resource`` is the resource without status; ``generation``
+    is the runtime's count where the resource does not carry it (the local store's)."""
+    meta = dict(resource.get("metadata") or {})
+    if generation is not None:
+        meta["generation"] = generation
+    return {
+        "apiVersion": resource.get("apiVersion", "servectl.io/v1alpha1"),
+        "kind": resource.get("kind", "ModelService"),
+        "metadata": {k: meta[k] for k in SHOWN_METADATA if meta.get(k) not in (None, "", {}, [])},
+        "spec": resource.get("spec") or {},
+        "status": public_status(status, endpoints),
+    }
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -298,6 +370,13 @@ class ServiceClient(Protocol):
         ...
 
     def describe(self, namespace: str, name: str, *, events: int) -> Description: ...
+
+    def await_endpoints(self, namespace: str, name: str, timeout_s: float) -> Endpoints | None:
+        """Where the service answers on this machine: the ports the runtime gave it, or
+        None while it has not yet (waiting up to ``timeout_s`` for a running controller
+        to give them). A runtime that gives none (a cluster: its Gateway routes the
+        service) raises :class:`Elsewhere`."""
+        ...
 
     def last_cycle(self, namespace: str, name: str) -> LastCycle | None:
         """The last decision; None when the controller has recorded none yet."""

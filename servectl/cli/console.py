@@ -24,10 +24,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import box
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 # Width given to rich when stdout is not a terminal: wide enough that no row is cut.
@@ -117,24 +115,24 @@ def output_file(path: Path, option: str) -> Path:
 def print_table(
     title: str, header: Sequence[str], rows: Iterable[Sequence[str]], *, console: Console = out
 ) -> None:
-    """A left-titled table; the first column left-aligned, numbers right-aligned.
+    """A titled table, laid out by :func:`servectl.cli.format.table_lines`: numbers
+    right-aligned, text left-aligned, a rule under the header, no borders.
 
-    No cell is ever cut or wrapped, as in kubectl: a table wider than the terminal runs
-    past its edge rather than print ``98…`` for a number.
+    On a terminal, a last column of text (a message) is wrapped to the terminal's width;
+    in a pipe or a file every row is printed whole, and no line is padded with spaces.
+    No other cell is ever cut or wrapped, as in kubectl: a table wider than the terminal
+    runs past its edge rather than print ``98…`` for a number.
     """
-    rows = [list(row) for row in rows]
+    from servectl.cli import format as fmt
+
+    width = console.width if console.is_terminal else None
+    lines = fmt.table_lines(header, [list(row) for row in rows], width=width)
     # The title is a line of its own: as a table title it would wrap to the table's width.
     console.print(title, highlight=False, markup=False, style="italic")
-    # kubectl-like: a rule under the header, no borders, so wide tables fit more often.
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for i, column in enumerate(header):
-        widest = max([len(column), *(len(row[i]) for row in rows if i < len(row))])
-        table.add_column(
-            Text(column), justify="left" if i == 0 else "right", no_wrap=True, min_width=widest
-        )
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))  # cells are text, never markup
-    console.print(table, crop=False)
+    for i, line in enumerate(lines):
+        # Cells are text, never markup; soft_wrap: a line wider than the terminal is
+        # left to the terminal rather than cut or folded by rich.
+        console.print(Text(line, style="bold" if i == 0 else ""), soft_wrap=True)
 
 
 def _plain(value: Any) -> Any:

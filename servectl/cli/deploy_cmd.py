@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from servectl.backends.client import Elsewhere, ServiceClient
 from servectl.cli import target
 from servectl.cli.console import err, fail, out
 from servectl.cli.target import ContextOption, KubeconfigOption, NamespaceOption, StateDirOption
@@ -76,7 +77,9 @@ def deploy(
       servectl deploy -f service.yaml
 
     The model path must hold the version (the latest when --version is omitted). The
-    service answers TF Serving's REST and gRPC APIs on ports `servectl get` shows.
+    service answers TF Serving's REST and gRPC APIs on its own ports, which deploy
+    prints once the controller has given them (`servectl get` shows them too; `servectl
+    up --rest-port` picks where they start).
 
     \b
     On a cluster (--context): the ModelService is applied (server-side apply) and the
@@ -131,6 +134,7 @@ def deploy(
                 services = [validation.load_model_service(doc)]
             except validation.SpecError as exc:
                 raise fail(str(exc)) from None
+        models_by_name = {s.metadata.name: s.spec.model.name for s in services}
         for done in client.deploy_resources(
             services, policies, base_dir=base_dir, namespace=namespace
         ):
@@ -145,6 +149,30 @@ def deploy(
                     else f"; rollout to v{done.rollout_to} requested"
                 )
             out.print(f"modelservice/{done.name} {what}", highlight=False)
+            _say_endpoints(client, done.namespace, done.name, models_by_name.get(done.name))
         warning = client.controller_warning()
     if warning is not None:
         err.print(warning, highlight=False)
+
+
+ENDPOINTS_WAIT_S = 5.0
+"""How long deploy waits for a running controller to give a new service its ports (it
+does at its next tick, every second)."""
+
+
+def _say_endpoints(client: ServiceClient, namespace: str, name: str, model: str | None) -> None:
+    """Where the service answers, once its runtime has given it ports on this machine."""
+    try:
+        found = client.await_endpoints(namespace, name, ENDPOINTS_WAIT_S)
+    except Elsewhere:  # a cluster: its Gateway routes the service
+        return
+    if found is None:
+        err.print(
+            "  ports: the controller gives them at its next tick; `servectl get` shows them",
+            highlight=False,
+        )
+        return
+    out.print(
+        f"  REST {found.rest_url}/v1/models/{model or name}   gRPC {found.grpc_address}",
+        highlight=False,
+    )

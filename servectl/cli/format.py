@@ -1,8 +1,11 @@
-"""Pure formatters for the CLI's tables: records in, rows of strings out."""
+"""Pure formatters for the CLI's tables: records in, rows of strings out, and the table
+itself laid out as lines of text."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -71,6 +74,47 @@ def age(seconds: float | None) -> str:
 def clock_time(t: float) -> str:
     """Seconds since the epoch as this machine's ``HH:MM:SS``."""
     return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def relative(seconds_from_now: float) -> str:
+    """How far a moment is from now: ``in 42 s``, ``3 min ago``, ``in 2 h``, ``now``."""
+    away = abs(seconds_from_now)
+    if away < 1:
+        return "now"
+    if away < 120:
+        amount = f"{away:.0f} s"
+    elif away < 7200:
+        amount = f"{away / 60:.0f} min"
+    elif away < 172800:
+        amount = f"{away / 3600:.0f} h"
+    else:
+        amount = f"{away / 86400:.0f} d"
+    return f"in {amount}" if seconds_from_now > 0 else f"{amount} ago"
+
+
+def moment(t: float, now: float) -> str:
+    """``t`` as this machine's ``HH:MM:SS`` (with the date when it is another day) and
+    how far from ``now``: ``14:03:12 (in 42 s)``."""
+    local = dt.datetime.fromtimestamp(t)
+    same_day = local.date() == dt.datetime.fromtimestamp(now).date()
+    shown = local.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+    return f"{shown} ({relative(t - now)})"
+
+
+# RFC 3339 UTC, as the controller writes a moment into a message (and Kubernetes into
+# every timestamp): servectl.autoscaling.decision.instant.
+_RFC3339_UTC = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b")
+
+
+def readable_times(text: str, now: float) -> str:
+    """``text`` with each RFC 3339 UTC time in it shown as :func:`moment` does:
+    ``in panic until 2026-11-27T14:03:12Z`` reads ``in panic until 14:03:12 (in 42 s)``."""
+
+    def local(match: re.Match[str]) -> str:
+        stamp = dt.datetime.fromisoformat(match.group(0).replace("Z", "+00:00"))
+        return moment(stamp.timestamp(), now)
+
+    return _RFC3339_UTC.sub(local, text)
 
 
 def num(value: Any, fmt: str = "{:.1f}") -> str:
@@ -184,3 +228,68 @@ def bench_summary_rows(
         )
         rows.append(total_row)
     return header, rows
+
+
+# --------------------------------------------------------------------------- tables
+
+GAP = "   "
+"""Between two columns (what kubectl prints)."""
+RULE = "\u2500"
+MIN_WRAP = 24
+"""The narrowest a wrapped last column gets, however narrow the terminal."""
+
+# A number, with a unit or a percent sign (``2``, ``0.82``, ``24,307``, ``100%``,
+# ``1.00×``, ``3.5 s``, ``12m``, ``+0.12 pp``), a ratio (``2/2``), a clock time
+# (``22:31:18``); ``-`` and ``—`` stand for no value.
+_NUMBER = re.compile(
+    r"[-+]?(\d[\d,]*(\.\d+)?|\.\d+)\s?(%|×|x|s|ms|m|h|d|pp|B|KiB|MiB|GiB)?"
+    r"|\d+/\d+|\d+:\d\d(:\d\d)?"
+)
+_NO_VALUE = frozenset({"", "-", "—"})
+
+
+def numeric(cells: Sequence[str]) -> bool:
+    """A column of numbers (right-aligned), placeholders aside; text is left-aligned."""
+    values = [c.strip() for c in cells if c.strip() not in _NO_VALUE]
+    return bool(values) and all(_NUMBER.fullmatch(v) for v in values)
+
+
+def table_lines(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int | None = None
+) -> list[str]:
+    """A table as lines: the header, a rule as long as the header, then the rows.
+
+    Columns are as wide as their widest cell and ``GAP`` apart; numbers are
+    right-aligned, text left-aligned, and no line ends in spaces. With ``width`` (a
+    terminal's), a last column of text that would run past it is wrapped onto
+    continuation lines under itself (at least ``MIN_WRAP`` wide); without, rows are
+    printed whole (a pipe or a file). No other cell is ever cut or wrapped: a
+    number reads ``98…`` nowhere.
+    """
+    count = len(header)
+    cells = [[str(row[i]) if i < len(row) else "" for i in range(count)] for row in rows]
+    right = [i > 0 and numeric([row[i] for row in cells]) for i in range(count)]
+    widths = [max([len(header[i]), *(len(row[i]) for row in cells)]) for i in range(count)]
+    start = sum(widths[:-1]) + len(GAP) * (count - 1)
+    last = count - 1
+    wrap_at: int | None = None
+    if width is not None and count and not right[last] and start + widths[last] > width:
+        wrap_at = max(MIN_WRAP, width - start)
+        widths[last] = max(len(header[last]), min(widths[last], wrap_at))
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if right[i] else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return GAP.join(parts).rstrip()
+
+    head = line(header)
+    lines = [head, RULE * len(head)]
+    for row in cells:
+        if wrap_at is None or len(row[last]) <= wrap_at:
+            lines.append(line(row))
+            continue
+        pieces = textwrap.wrap(row[last], wrap_at, break_on_hyphens=False) or [""]
+        lines.append(line([*row[:last], pieces[0]]))
+        lines.extend(" " * start + piece for piece in pieces[1:])
+    return lines

@@ -83,10 +83,11 @@ def get(
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """List services: ready replicas, weights, rollout phase, endpoints.
+    """List services: ready replicas, weights, rollout phase, REST and gRPC endpoints.
 
-    -o wide adds the bounds, the deciding signal and the gRPC port; -o json|yaml print
-    the whole resource (spec and status)."""
+    -o wide adds the namespace, the bounds and the deciding signal; -o json|yaml print
+    each resource as kubectl does (apiVersion, kind, metadata, spec, status), without
+    the controller's internal state."""
     with target.session(state, context, kubeconfig) as client:
         listed = client.listing_namespace(namespace, all_namespaces)
         rows = client.list_services(listed, name)
@@ -108,7 +109,7 @@ def _emit_services(output: Output, rows: list[ServiceSummary]) -> None:
     console.emit(
         output,
         title="ModelServices",
-        header=["NAME", "READY", "WEIGHTS", "ROLLOUT", "REST", "AGE"],
+        header=["NAME", "READY", "WEIGHTS", "ROLLOUT", "REST", "GRPC", "AGE"],
         rows=[
             [
                 s["name"],
@@ -116,15 +117,15 @@ def _emit_services(output: Output, rows: list[ServiceSummary]) -> None:
                 " ".join(f"{k}:{v}" for k, v in s["weights"].items()) or "-",
                 s["rollout"] + (f" (step {s['step']})" if s["rollout"] not in ("Idle",) else ""),
                 s["rest"] or "-",
+                s["grpc"] or "-",
                 fmt.age(s["age"]),
             ]
             for s in summaries
         ],
         records=summaries,
-        wide_header=["NAMESPACE", "MIN", "MAX", "DECIDED BY", "GRPC"],
+        wide_header=["NAMESPACE", "MIN", "MAX", "DECIDED BY"],
         wide_rows=[
-            [s["namespace"], str(s["min"]), str(s["max"]), s["decidedBy"] or "-", s["grpc"] or "-"]
-            for s in summaries
+            [s["namespace"], str(s["min"]), str(s["max"]), s["decidedBy"] or "-"] for s in summaries
         ],
     )
 
@@ -141,7 +142,10 @@ def describe(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Everything about one service: endpoints, revisions, rollout, autoscaling,
-    conditions and the latest events. -o yaml|json prints spec and status."""
+    conditions and the latest events. -o yaml|json prints the resource as `get` does.
+
+    Messages wrap to the terminal's width (in a pipe each row is whole), and times in
+    them read as local time and how far from now."""
     with target.session(state, context, kubeconfig) as client:
         described = client.describe(namespace or client.namespace, name, events=10)
     if output.machine:
@@ -159,6 +163,11 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
     spec = doc["spec"]
     status = d.status
     p = out.print
+    now = time.time()
+
+    def text(message: str) -> str:
+        return fmt.readable_times(message, now)
+
     p(f"[bold]{escape(d.name)}[/]  namespace {escape(d.namespace)}", highlight=False)
     p(
         f"model:     {spec['model']['name']} from {spec['model']['basePath']} "
@@ -168,11 +177,13 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
     )
     if d.endpoints is not None:
         p(
-            f"endpoints: REST http://127.0.0.1:{d.endpoints.rest_port}/v1/models/"
-            f"{spec['model']['name']}   gRPC 127.0.0.1:{d.endpoints.grpc_port}",
+            f"endpoints: REST {d.endpoints.rest_url}/v1/models/{spec['model']['name']}   "
+            f"gRPC {d.endpoints.grpc_address}",
             highlight=False,
             markup=False,
         )
+    elif d.no_endpoints is not None:
+        p(f"endpoints: {d.no_endpoints}", highlight=False, markup=False)
     auto = spec.get("autoscaling", {})
     p(
         f"replicas:  min {auto.get('minReplicas')}, max {auto.get('maxReplicas')}, "
@@ -202,7 +213,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
             f"rollout:   {rollout.get('phase')} step {rollout.get('step')}"
             f" (stable v{rollout.get('stableVersion')}"
             + (f", new v{rollout['canaryVersion']}" if rollout.get("canaryVersion") else "")
-            + f") {rollout.get('message', '')}",
+            + f") {text(rollout.get('message', ''))}".rstrip(),
             highlight=False,
             markup=False,
         )
@@ -210,7 +221,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
     if a:
         p(
             f"scaling:   {a.get('desiredReplicas')} replicas, decided by {a.get('decidedBy')} "
-            f"({a.get('reason')}): {a.get('message', '')}",
+            f"({a.get('reason')}): {text(a.get('message') or '')}",
             highlight=False,
             markup=False,
         )
@@ -220,7 +231,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
             "Conditions",
             ["TYPE", "STATUS", "REASON", "MESSAGE"],
             [
-                [c["type"], c["status"], c.get("reason", ""), c.get("message", "")]
+                [c["type"], c["status"], c.get("reason", ""), text(c.get("message", ""))]
                 for c in conditions
             ],
         )
@@ -228,7 +239,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
         console.print_table(
             "Events (newest last)",
             ["TIME", "TYPE", "REASON", "MESSAGE"],
-            [[fmt.clock_time(e.time), e.type, e.reason, e.message] for e in d.events],
+            [[fmt.clock_time(e.time), e.type, e.reason, text(e.message)] for e in d.events],
         )
     if not status:
         p(escape(d.no_status))
@@ -266,9 +277,15 @@ def explain(
 
 
 def _explain_cycle(cycle: dict[str, Any]) -> None:
-    """The loop's own record of its last cycle (the local runtime's)."""
+    """The loop's own record of its last cycle (the local runtime's); the times in its
+    texts read as local time and how far from now."""
     p = out.print
-    age = time.time() - cycle["time"]
+    now = time.time()
+
+    def text(message: str) -> str:
+        return fmt.readable_times(message, now)
+
+    age = now - cycle["time"]
     p(
         f"last cycle {age:.1f} s ago"
         + ("" if cycle["applied"] else " (mode recommend: not applied)")
@@ -283,7 +300,10 @@ def _explain_cycle(cycle: dict[str, Any]) -> None:
         markup=False,
     )
     if not cycle["metricsOk"]:
-        p(f"metrics:   MISSING: {cycle['metricsDetail']} (holding: no scale-down)", markup=False)
+        p(
+            f"metrics:   MISSING: {text(cycle['metricsDetail'])} (holding: no scale-down)",
+            markup=False,
+        )
     decision = cycle.get("decision") or {}
     proposals = decision.get("proposals", {})
     if proposals:
@@ -292,10 +312,10 @@ def _explain_cycle(cycle: dict[str, Any]) -> None:
             highlight=False,
         )
     if decision.get("forecast"):
-        p(f"forecast:  {decision['forecast']}", highlight=False, markup=False)
+        p(f"forecast:  {text(decision['forecast'])}", highlight=False, markup=False)
     p(
         f"decision:  {decision.get('recommended')} replicas ({decision.get('reason')}, "
-        f"signal {decision.get('signal')}) {decision.get('detail', '')}",
+        f"signal {decision.get('signal')}) {text(decision.get('detail', ''))}",
         highlight=False,
         markup=False,
     )
@@ -310,15 +330,21 @@ def _explain_cycle(cycle: dict[str, Any]) -> None:
         p(f"surge:     at most {limits['surge_replicas']} extra replicas during a rollout")
     plan = cycle["plan"]
     console.print_table(
-        f"Plan ({plan['phase']}) {plan.get('message', '')}",
+        f"Plan ({plan['phase']}) {text(plan.get('message', ''))}".rstrip(),
         ["REVISION", "REPLICAS", "WEIGHT", "REASON", "WHY"],
         [
-            [x["name"], str(x["replicas"]), f"{x['weight']}%", x["reason"], x.get("message", "")]
+            [
+                x["name"],
+                str(x["replicas"]),
+                f"{x['weight']}%",
+                x["reason"],
+                text(x.get("message", "")),
+            ]
             for x in plan["revisions"]
         ],
     )
     for error in cycle.get("errors", []):
-        p(f"refused:   {error}", markup=False)
+        p(f"refused:   {text(error)}", markup=False)
 
 
 def _explain_status(record: dict[str, Any]) -> None:
@@ -326,6 +352,7 @@ def _explain_status(record: dict[str, Any]) -> None:
     from servectl.backends.client import timestamp
 
     p = out.print
+    now = time.time()
     p(
         "from status: the cluster's controller writes its last decision there; the signals "
         "and each signal's proposal are recorded by the local runtime only",
@@ -336,8 +363,8 @@ def _explain_status(record: dict[str, Any]) -> None:
     last = timestamp(auto.get("lastScaleTime"))
     p(
         f"decision:  {auto.get('desiredReplicas')} replicas, decided by {auto.get('decidedBy')} "
-        f"({auto.get('reason')}): {auto.get('message') or ''}"
-        + (f"; last scaled at {fmt.clock_time(last)}" if last is not None else ""),
+        f"({auto.get('reason')}): {fmt.readable_times(auto.get('message') or '', now)}"
+        + (f"; last scaled at {fmt.moment(last, now)}" if last is not None else ""),
         highlight=False,
         markup=False,
     )
@@ -349,7 +376,8 @@ def _explain_status(record: dict[str, Any]) -> None:
         if c.get("type") == "Ready" and c.get("status") == "True":
             continue
         p(
-            f"{c.get('type')}: {c.get('status')} ({c.get('reason', '')}) {c.get('message', '')}",
+            f"{c.get('type')}: {c.get('status')} ({c.get('reason', '')}) "
+            f"{fmt.readable_times(c.get('message', ''), now)}",
             highlight=False,
             markup=False,
         )

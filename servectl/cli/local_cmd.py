@@ -60,6 +60,18 @@ def up(
             "--foreground", help="Run the controller in this terminal (Ctrl-C stops all)."
         ),
     ] = False,
+    rest_port: Annotated[
+        int | None,
+        typer.Option(
+            "--rest-port",
+            metavar="N",
+            help="Where services' ports start: the first service gets REST port N and gRPC "
+            "port N-1, the next N+2 and N+1, and so on (the first free pair); each keeps "
+            "its pair for life. Kept in the state directory; applies to services given "
+            "ports after it. Default: 8501 (gRPC 8500), TF Serving's defaults.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the local runtime: the controller, HAProxy, Prometheus (idempotent).
 
@@ -72,19 +84,36 @@ def up(
       servectl deploy cost --model-path ~/models/cost_model --max 4
       curl -d '{"instances": [[1,2,3,4,5,6,7,8]]}' \\
           localhost:8501/v1/models/cost_model:predict
+
+    8501 is the first service's REST port when it is free (else the next free pair, or
+    where --rest-port says): deploy prints the ports the service got.
     """
+    from servectl.backends.local import front_ports
+
     directory = state_dir(state)
     problems = _missing_binaries()
     if problems:
         raise fail("; ".join(problems), 1)
+    if rest_port is not None:
+        try:
+            front_ports.check_first_rest(rest_port)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        client = _client(directory)
+        try:
+            front_ports.set_first_rest(client.store, rest_port)
+        finally:
+            client.close()
     if foreground:
         controller(state=directory)
         return
     client = _client(directory)
     try:
         info = client.controller()
+        first = front_ports.first_rest(client.store)
         if info.alive:
             out.print(f"already up: controller pid {info.pid} ({directory})", highlight=False)
+            out.print(_ports_line(first), highlight=False)
             return
         started = time.time()
         log_path = directory / "controller.log"
@@ -122,8 +151,16 @@ def up(
             f"haproxy stats http://127.0.0.1:{ports.get('haproxy_stats')}/stats",
             highlight=False,
         )
+        out.print(_ports_line(first), highlight=False)
     finally:
         client.close()
+
+
+def _ports_line(first_rest: int) -> str:
+    return (
+        f"  services get REST port {first_rest} and gRPC {first_rest - 1} (the first free "
+        "pair; then +2 each); `servectl deploy` prints a service's"
+    )
 
 
 def _missing_binaries() -> list[str]:

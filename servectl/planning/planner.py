@@ -46,6 +46,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from servectl.autoscaling import decision
 from servectl.planning.types import (
     Observed,
     ObservedRevision,
@@ -590,8 +591,8 @@ def _replicas(
             until = lowered_at[name] + hold_s.get(name, 0.0)
             reasons[name] = (
                 PlanReason.DRAINING,
-                f"keeps {count} replicas until t={until:.0f} ({hold_s.get(name, 0.0):.0f} s "
-                "after losing traffic), then shrinks",
+                f"keeps {count} replicas until {decision.instant(until)} "
+                f"({hold_s.get(name, 0.0):.0f} s after losing traffic), then shrinks",
             )
         elif prescale[name]:
             reasons[name] = (

@@ -633,6 +633,17 @@ class KubeClient:
             spec_error=spec_error,
         )
 
+    def await_endpoints(
+        self, namespace: str, name: str, timeout_s: float
+    ) -> protocol.Endpoints | None:
+        """No ports on this machine: the Gateway routes the service (an HTTPRoute NAME
+        and a GRPCRoute NAME-grpc)."""
+        command = self.kubectl(namespace, "get", "httproute,grpcroute")
+        raise protocol.Elsewhere(
+            f"{namespace}/{name} answers through the cluster's Gateway; its routes: {command}",
+            command,
+        )
+
     def last_cycle(self, namespace: str, name: str) -> protocol.LastCycle | None:
         """The decision the cluster's controller wrote in status; the per-cycle signals
         and each signal's proposal are the local runtime's only."""

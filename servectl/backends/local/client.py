@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,9 @@ DEFAULT_NAMESPACE = "default"
 POLL_S = 1.0
 """How often --watch and --follow read the store (the controller ticks every second)."""
 NO_STATUS = "no status yet: the controller has not reconciled it (is it up? `servectl status`)"
+NO_ENDPOINTS = "not given yet: the controller gives a service its ports at its next tick"
+ENDPOINTS_POLL_S = 0.1
+"""How often ``deploy`` looks for the ports of the service it created."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,9 @@ class LocalClient:
             self.put_policy(policy)
         doc = service.model_dump(mode="json", by_alias=True, exclude_none=True)
         existing = self.store.get_spec(meta.namespace, meta.name)
+        created = _created(existing)
+        if created is not None:
+            doc["metadata"]["creationTimestamp"] = created
         rollout_to: int | None = None
         if existing is not None:
             current = self._serving_version(meta.namespace, meta.name, existing)
@@ -376,7 +383,10 @@ class LocalClient:
                 spec=r.spec,
                 status=_as_last_seen(self.status(r.namespace, r.name) or {}, stale),
                 generation=r.generation,
-                updated=r.updated,
+                # kubectl's AGE: since creation (a service from before servectl kept
+                # its creation time: since its spec's last write).
+                updated=protocol.timestamp(r.spec.get("metadata", {}).get("creationTimestamp"))
+                or r.updated,
                 endpoints=self._endpoints(r.namespace, r.name),
                 stale=None if stale is None else stale.note,
             )
@@ -389,18 +399,37 @@ class LocalClient:
     def describe(self, namespace: str, name: str, *, events: int) -> protocol.Description:
         # The spec as deploy, scale and rollout wrote it (the model's own dump): no model
         # is built to show it.
-        spec = self._spec(namespace, name).spec
+        row = self._spec(namespace, name)
         status = _as_last_seen(self.status(namespace, name) or {}, self.stale())
+        endpoints = self._endpoints(namespace, name)
         return protocol.Description(
             namespace=namespace,
             name=name,
-            document={**spec, "status": status},
-            spec=spec,
+            document=protocol.resource_document(
+                row.spec, status, generation=row.generation, endpoints=endpoints
+            ),
+            spec=row.spec,
             status=status,
             events=[_event(e) for e in self.events(namespace, name, limit=events)],
             no_status=NO_STATUS,
-            endpoints=self._endpoints(namespace, name),
+            endpoints=endpoints,
+            no_endpoints=NO_ENDPOINTS,
         )
+
+    def await_endpoints(
+        self, namespace: str, name: str, timeout_s: float
+    ) -> protocol.Endpoints | None:
+        """The service's front ports, once the controller has given them (at its first
+        tick with the service); waits only while a controller runs."""
+        self.require(namespace, name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self._endpoints(namespace, name)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            if not self.controller().alive:
+                return None
+            time.sleep(ENDPOINTS_POLL_S)
 
     def last_cycle(self, namespace: str, name: str) -> protocol.LastCycle | None:
         self.require(namespace, name)
@@ -505,6 +534,14 @@ class LocalClient:
                 lines = ["(no log)"]
             tails.append(protocol.LogTail(pod, lines))
         return tails
+
+
+def _created(existing: Service | None) -> str | None:
+    """``metadata.creationTimestamp`` as Kubernetes sets it: now for a new service, else
+    what it was (a service deployed before servectl kept one has none)."""
+    if existing is None:
+        return datetime.fromtimestamp(time.time(), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (existing.spec.get("metadata") or {}).get("creationTimestamp")
 
 
 STALE_REASON = "ControllerNotRunning"

@@ -34,14 +34,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from servectl.api import models
 from servectl.api.models import ConditionStatus
-from servectl.backends.local import cgroups
+from servectl.backends.local import cgroups, front_ports
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.backend import LocalBackend, TickView, drained
@@ -55,37 +55,19 @@ from servectl.controller.driver import Driver
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.server import PrometheusError, PrometheusServer, ScrapeTarget
 from servectl.metrics.source import PrometheusSource
-from servectl.processes import free_port, port_free
+from servectl.processes import free_port
 
 log = logging.getLogger("servectl.runtime")
 
 TICK_S = 1.0
 STOP_GRACE_S = 30.0
 """SIGTERM to SIGKILL for a replica being stopped (Kubernetes' default grace period)."""
-FIRST_REST_PORT = 8501
-"""Services get REST ports 8501, 8503, ... and gRPC ports 8500, 8502, ... (TF Serving's
-defaults for the first), the first free pair at deploy time, kept for the service's life."""
 LOCAL_METRICS = MetricsConfig(rateWindow="5s", timeoutSeconds=2.0, staleAfterSeconds=15.0)
 """Rates over 5 s (five 1 s scrapes): a load step shows within a few seconds."""
 
 JOB_SERVING = "servectl-tf-serving"
 JOB_EXPORTER = "servectl-exporter"
 JOB_HAPROXY = "servectl-haproxy"
-
-
-def allocate_front_ports(
-    taken: Iterable[int], *, first_rest: int = FIRST_REST_PORT
-) -> tuple[int, int]:
-    """The first (REST, gRPC) pair from ``first_rest`` up that no service has and that
-    is free on this machine."""
-    used = set(taken)
-    rest = first_rest
-    while rest < 65535:
-        grpc = rest - 1
-        if rest not in used and grpc not in used and port_free(rest) and port_free(grpc):
-            return rest, grpc
-        rest += 2
-    raise OSError("no free pair of ports for the service's front end")
 
 
 @dataclass
@@ -146,7 +128,7 @@ class Runtime:
             self.store,
             self.supervisor,
             wall_clock=self.clock,
-            allocate_ports=lambda taken: allocate_front_ports(taken),
+            allocate_ports=front_ports.allocator(self.store),
         )
         self.driver = Driver(self.fleet)
         self.last: TickReport | None = None

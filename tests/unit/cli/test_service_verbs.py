@@ -118,14 +118,23 @@ def test_get_lists_ready_weights_rollout_and_the_endpoint(state: Path) -> None:
     table = servectl("get", "--state-dir", state, "-o", "wide")
     assert table.exit_code == 0, table.output
     cost = next(line for line in table.stdout.splitlines() if line.startswith("cost "))
-    assert cost.split()[:5] == ["cost", "2/2", "cost-v1:100", "Idle", "http://127.0.0.1:8501"]
-    assert cost.split()[-5:] == ["default", "1", "10", "cpu", "127.0.0.1:8500"]
+    assert cost.split()[:6] == [
+        "cost",
+        "2/2",
+        "cost-v1:100",
+        "Idle",
+        "http://127.0.0.1:8501",
+        "127.0.0.1:8500",
+    ]
+    assert cost.split()[-4:] == ["default", "1", "10", "cpu"]
     records = [
         json.loads(line)
         for line in servectl("get", "--state-dir", state, "-o", "json").stdout.splitlines()
     ]
     assert [r["metadata"]["name"] for r in records] == ["cost", "fresh"]
-    assert records[0]["status"] == STATUS and records[1]["status"] == {}
+    endpoints = {"rest": "http://127.0.0.1:8501", "grpc": "127.0.0.1:8500"}
+    assert records[0]["status"] == {**STATUS, "endpoints": endpoints}
+    assert records[1]["status"] == {}
     missing = servectl("get", "nope", "--state-dir", state)
     assert missing.exit_code == 2
     assert missing.stderr.strip() == (
@@ -157,7 +166,20 @@ def test_describe_shows_the_stored_spec_status_endpoints_and_events(state: Path)
         )
     finally:
         client.close()
-    assert doc == {**built, "status": STATUS}
+    # kubectl's shape: the stored metadata's empty fields left out, the generation in
+    endpoints = {"rest": "http://127.0.0.1:8501", "grpc": "127.0.0.1:8500"}
+    assert doc == {
+        "apiVersion": built["apiVersion"],
+        "kind": built["kind"],
+        "metadata": {
+            "name": "cost",
+            "namespace": "default",
+            "generation": 1,
+            "creationTimestamp": built["metadata"]["creationTimestamp"],
+        },
+        "spec": built["spec"],
+        "status": {**STATUS, "endpoints": endpoints},
+    }
     fresh = servectl("describe", "fresh", "--state-dir", state)
     assert fresh.stdout.splitlines()[-1] == (
         "no status yet: the controller has not reconciled it (is it up? `servectl status`)"
