@@ -64,6 +64,12 @@ def test_the_readme_rolls_out_an_upgrade_to_a_good_version() -> None:
     plans = {p.version: p for p in demo.plan(["cost_model"])}
     assert deployed < target
     assert plans[target].fail_share == 0.0 and plans[target].work == plans[deployed].work
+    # The full spec applied after that rollout keeps the version it promoted (else the
+    # README's next line would queue a rollback).
+    spec_file = next(w for w in lines if w[0] == "deploy" and "-f" in w)
+    assert lines.index(spec_file) > lines.index(rollout)
+    doc = yaml.safe_load((ROOT / _option(spec_file, "-f")).read_text())
+    assert doc["spec"]["model"]["version"] == target
 
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
