@@ -38,11 +38,20 @@ class RevisionState:
 
 
 def ready_cpu(
-    signals: Signals, pods: Sequence[PodSample], ready: frozenset[str]
+    signals: Signals, pods: Sequence[PodSample], ready: frozenset[str], serving: int = 0
 ) -> tuple[Signals, tuple[PodSample, ...]]:
     """``signals`` with CPU usage and utilization over the ``ready`` pods only, and the
     pods marked ready or not. No ready pod with a CPU sample: CPU is missing (unknown,
-    not the load of replicas that are still loading)."""
+    not the load of replicas that are still loading).
+
+    ``serving``: how many replicas take requests now (``ready`` may name fewer: a replica
+    that has just become ready serves its share at once, its CPU counts only once the rate
+    window holds no loading). Usage is then the counted pods' mean times ``serving``:
+    usage stays over the same replicas as the request rate, so CPU per request (the
+    planner's cost, the engine's service time) does not fall while a new replica settles.
+    Summed over the counted pods alone it read a revision with 1 settled replica of 2 at
+    half its cost, and the other revision's at double: the planner moved a replica from
+    one to the other and weight back, 8 s later the other way (issue 25, item 5)."""
     marked = tuple(replace(p, ready=p.name in ready) for p in pods)
     counted = [p for p in marked if p.ready and p.cpu_usage_cores is not None]
     if not counted:
@@ -50,6 +59,8 @@ def ready_cpu(
     usage = sum(p.cpu_usage_cores or 0.0 for p in counted)
     request = sum(p.cpu_request_cores for p in counted)
     utilization = 100.0 * usage / request if request > 0 else signals.cpu_utilization
+    if serving > len(counted):
+        usage *= serving / len(counted)
     return replace(signals, cpu_usage_cores=usage, cpu_utilization=utilization), marked
 
 
@@ -87,7 +98,7 @@ def observe(
         own = metrics.revision(namespace, service, r.name)
         signals, pods = own.signals, own.pods
         if r.ready_pods is not None:
-            signals, pods = ready_cpu(signals, pods, r.ready_pods)
+            signals, pods = ready_cpu(signals, pods, r.ready_pods, r.ready)
         observed_revisions.append(
             ObservedRevision(
                 name=r.name,
@@ -115,7 +126,7 @@ def observe(
     )
     if ready_names is not None:
         signals, pods = ready_cpu(
-            service_snapshot.signals, service_snapshot.pods, frozenset(ready_names)
+            service_snapshot.signals, service_snapshot.pods, frozenset(ready_names), ready
         )
         service_snapshot = replace(service_snapshot, signals=signals, pods=pods)
     return Observed(

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from servectl.api import models
+from servectl.controller import weight_events
 from servectl.controller.backend import Event, EventReason, EventType
 from servectl.controller.decide import LoopState, Outcome
 from servectl.planning.types import Observed
@@ -307,9 +308,11 @@ def events_for(
                 )
             )
     refused = set(outcome.errors)
-    for text in outcome.plan.events:
-        if text in refused:
-            continue
+    texts = [text for text in outcome.plan.events if text not in refused]
+    if applied:  # one event where a shift begins and one where it ends, not one per percent
+        rollout_before = previous.rollout.state if previous and previous.rollout else None
+        texts = weight_events.coalesce(texts, outcome, observed, rollout_before)
+    for text in texts:
         reason = EventReason.WEIGHTS_CHANGED if applied else EventReason.RECOMMENDED
         events.append(
             Event(now, EventType.NORMAL, reason, text if applied else f"would apply: {text}")

@@ -9,6 +9,7 @@ can change it while the server runs):
 - ``available`` (true): false answers every status request 503 (a replica that stopped
   serving);
 - ``hang`` (false): true makes status requests take 5 s (a hung replica);
+- ``status_delay_s`` (0): status requests take this long (a replica busy at its CPU quota);
 - ``exit_after_s`` / ``exit_code`` (none / 1): exit on its own after that long, logging
   ``told to crash`` first;
 - ``ignore_sigterm`` (false): SIGTERM is ignored (only SIGKILL stops it).
@@ -97,6 +98,7 @@ def main() -> int:
                     return
                 if now.get("hang"):
                     time.sleep(5)
+                time.sleep(float(now.get("status_delay_s", 0)))
                 if not now.get("available", True):
                     self._json(503, {"error": "told to be unavailable"})
                     return

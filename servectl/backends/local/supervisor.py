@@ -501,6 +501,7 @@ class Supervisor:
                 slot.phase = Phase.READY
                 slot.ready_at, slot.ready_since = self._wall(), now
                 slot.next_probe_at = now + READY_PROBE_INTERVAL_S
+                self._save(slot)  # a supervisor that adopts it adopts it READY
             slot.message = (
                 f"ready: {spec.model_name} version {spec.version} AVAILABLE on "
                 f"127.0.0.1:{slot.rest_port} (pid {slot.pid})"
@@ -513,6 +514,7 @@ class Supervisor:
                 return
             slot.phase = Phase.NOT_READY
             slot.ready_at = slot.ready_since = None
+            self._save(slot)
         if slot.phase == Phase.NOT_READY:
             slot.message = f"not ready (pid {slot.pid}): {result.detail}"
         else:
@@ -631,18 +633,9 @@ class Supervisor:
                 data.get("stop_deadline"),
             )
             if pid is not None and pid > 0 and processes.alive(pid, ticks):
-                slot.pid, slot.ticks, slot.adopted = pid, ticks, True
-                slot.rest_port, slot.grpc_port = data.get("rest_port"), data.get("grpc_port")
-                slot.started_at = data.get("started_at")
-                if stop_wall is not None:
-                    slot.stop_deadline = now + max(0.0, stop_wall - wall)
-                    slot.stop_deadline_wall = stop_wall
-                    slot.phase = Phase.STOPPING
-                    slot.message = f"stopping: adopted pid {pid} (SIGTERM was sent before)"
-                else:
-                    slot.message = f"adopted running pid {pid}; checking readiness"
-                    if slot.rest_port is not None:
-                        self._submit_probe(slot, now)
+                replica_state.adopt(slot, data, now, wall)
+                if not slot.stopping and slot.rest_port is not None:
+                    self._submit_probe(slot, now)
             elif stop_wall is not None:
                 gone.append(slot)  # it was being stopped, and has gone
             else:
