@@ -179,6 +179,20 @@ class RolloutRequest:
 
 
 @dataclass(frozen=True)
+class CommandOutcome:
+    """What became of a rollout command the CLI wrote, as far as the runtime says now.
+
+    ``state``: ``done`` (carried out; ``message`` says where the rollout stands),
+    ``refused`` (``message``: the controller's reason), ``waiting`` (not decided yet, and
+    a controller may still take it), ``stopped`` (not taken, and the controller is known
+    to be down: it stays queued), ``lost`` (taken by a controller that stopped before it
+    decided)."""
+
+    state: Literal["done", "refused", "waiting", "stopped", "lost"]
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class RolloutRecord:
     """One rollout as ``rollout history`` lists it (None: the runtime does not know)."""
 
@@ -280,6 +294,47 @@ def resource_document(
     }
 
 
+def rollout_where(phase: str, step: int, message: str) -> str:
+    """Where a rollout stands, in a line: ``Progressing step 1: analysing``."""
+    if message.startswith(f"step {step}"):  # the machine's messages often say it already
+        return f"{phase} {message}"
+    return f"{phase} step {step}" + (f": {message}" if message else "")
+
+
+def refusal(
+    status: Mapping[str, Any] | None,
+    rollout_spec: models.RolloutSpec,
+    pending: Sequence[tuple[Op, int | None]],
+    op: Op,
+    version: int | None,
+    now: float,
+) -> str | None:
+    """Why the rollout machine would refuse ``op`` now, or None: asked of the machine
+    itself (``servectl.rollout.machine.command``, pure), on the rollout state the
+    controller last wrote in ``status`` (``status.rollout.state``) with the commands
+    still ``pending`` ahead of this one applied first, as its next cycle will. None as
+    well when there is no state to judge by (no cycle yet): the controller judges."""
+    from servectl.rollout import machine
+
+    saved = ((status or {}).get("rollout") or {}).get("state")
+    if not isinstance(saved, Mapping):
+        return None
+    try:
+        state = machine.from_dict(saved)
+    except (KeyError, TypeError, ValueError):
+        return None  # a state from another servectl: the controller judges
+    for queued_op, queued_version in pending:
+        try:
+            state = machine.command(state, queued_op, rollout_spec, now, version=queued_version)
+        except machine.RolloutError:
+            continue  # refused in its turn; this one is judged without it
+    try:
+        machine.command(state, op, rollout_spec, now, version=version)
+    except machine.RolloutError as exc:
+        return f"{op} refused: {exc}"
+    return None
+
+
 # --------------------------------------------------------------------------- the protocol
 
 
@@ -343,7 +398,15 @@ class ServiceClient(Protocol):
 
     def rollout_command(
         self, namespace: str, name: str, op: Op, version: int | None = None
-    ) -> RolloutRequest: ...
+    ) -> RolloutRequest:
+        """Write a rollout command for the controller; raises :class:`ClientError` (exit
+        2) without writing when the rollout's current state already refuses it
+        (:func:`refusal`)."""
+        ...
+
+    def command_outcome(self, namespace: str, name: str, request: RolloutRequest) -> CommandOutcome:
+        """What became of ``request`` so far (one read: the CLI polls it while it waits)."""
+        ...
 
     # -- reads
 

@@ -9,11 +9,13 @@ rollout on the local runtime or a cluster, through
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from servectl.backends.client import CommandOutcome, RolloutRequest, ServiceClient
 from servectl.cli import console, target
 from servectl.cli import format as fmt
 from servectl.cli.console import Output, err, out
@@ -28,6 +30,27 @@ from servectl.cli.target import (
 ROLLOUT_OVER = ("Idle", "Completed", "Aborted", "Degraded")
 
 
+WAIT_S = 30.0
+"""How long a rollout command waits, by default, for the controller to carry it out."""
+NoWaitOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait",
+        help="Return once the command is queued; do not wait for the controller to carry "
+        "it out or refuse it.",
+    ),
+]
+TimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        min=0.0,
+        help="Seconds to wait for the controller to carry the command out or refuse it "
+        "(then it stays queued, and the command exits 1).",
+    ),
+]
+
+
 def _queue(
     name: str,
     namespace: str | None,
@@ -36,12 +59,65 @@ def _queue(
     version: int | None = None,
     context: str | None = None,
     kubeconfig: Path | None = None,
+    *,
+    wait: bool = True,
+    timeout: float = WAIT_S,
+    written: Callable[[], None] | None = None,
 ) -> None:
+    """Write the command (refused at once, exit 2, where the rollout's state already
+    refuses it), then wait until the controller carries it out (exit 0) or refuses it
+    (exit 2, its reason); exit 1 when it is down or the wait times out: the command
+    stays queued. ``written`` runs once it is written, before the wait."""
     from servectl.rollout.machine import Op
 
     with target.session(state, context, kubeconfig) as client:
-        request = client.rollout_command(namespace or client.namespace, name, Op(op), version)
+        ns = namespace or client.namespace
+        request = client.rollout_command(ns, name, Op(op), version)
         warning = client.controller_warning()
+        _say_written(name, op, version, request)
+        if written is not None:
+            written()
+        if not wait:
+            if warning is not None:
+                err.print(warning, highlight=False)
+            return
+        outcome, waited = _await(client, ns, name, request, timeout)
+    what = (
+        f"{op} (command {request.id})" if request.id is not None else f"the rollout to v{version}"
+    )
+    if outcome.state == "done":
+        out.print(
+            f"modelservice/{name}: {op} carried out"
+            + (f": {outcome.message}" if outcome.message else ""),
+            highlight=False,
+            markup=False,
+        )
+        return
+    if outcome.state == "refused":
+        reason = outcome.message.removeprefix(f"{op}: ")
+        raise console.fail(f"{op} refused by the controller: {reason}", 2)
+    if outcome.state == "stopped":
+        raise console.fail(
+            f"the controller is not running: {what} stays queued and is carried out when it "
+            "starts (`servectl up`)",
+            1,
+        )
+    if outcome.state == "lost":
+        raise console.fail(
+            f"the controller stopped after taking {what}, before deciding on it; "
+            f"`servectl rollout status {name}` shows where the rollout stands",
+            1,
+        )
+    raise console.fail(
+        f"the controller has not decided on {what} "
+        + (f"within {waited:g} s" if waited is not None else "yet (interrupted)")
+        + f": it stays queued; `servectl rollout status {name}` and `servectl events {name}` "
+        "follow it",
+        1,
+    )
+
+
+def _say_written(name: str, op: str, version: int | None, request: RolloutRequest) -> None:
     if request.queued:
         out.print(
             f"modelservice/{name}: {op} queued" + (f" (version {version})" if version else "")
@@ -64,14 +140,32 @@ def _queue(
             "this one replaces it",
             highlight=False,
         )
-    if warning is not None:
-        err.print(warning, highlight=False)
+
+
+def _await(
+    client: ServiceClient, namespace: str, name: str, request: RolloutRequest, timeout: float
+) -> tuple[CommandOutcome, float | None]:
+    """Poll the command's outcome until it is decided, the controller is known to be
+    down, or ``timeout`` s pass; and how long that was (None: interrupted)."""
+    began = time.monotonic()
+    every = min(client.poll_s / 4, 0.5)  # the local controller ticks every second
+    try:
+        while True:
+            outcome = client.command_outcome(namespace, name, request)
+            waited = time.monotonic() - began
+            if outcome.state != "waiting" or waited >= timeout:
+                return outcome, round(waited, 1)
+            time.sleep(min(every, timeout - waited))
+    except KeyboardInterrupt:
+        return CommandOutcome("waiting"), None
 
 
 def rollout_start(
     name: NameArg,
     version: Annotated[int, typer.Option("--version", min=0, help="The version to roll out.")],
     namespace: NamespaceOption = None,
+    no_wait: NoWaitOption = False,
+    timeout: TimeoutOption = WAIT_S,
     state: StateDirOption = None,
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
@@ -79,30 +173,55 @@ def rollout_start(
     """Start a rollout to VERSION with the service's strategy (canary, abTest, blueGreen).
 
     On a cluster, VERSION becomes spec.model.version (as a deploy of it would do)."""
-    _queue(name, namespace, state, "start", version, context, kubeconfig)
+    _queue(
+        name,
+        namespace,
+        state,
+        "start",
+        version,
+        context,
+        kubeconfig,
+        wait=not no_wait,
+        timeout=timeout,
+    )
 
 
 def rollout_promote(
     name: NameArg,
     full: Annotated[bool, typer.Option("--full", help="Skip the remaining steps.")] = False,
     namespace: NamespaceOption = None,
+    no_wait: NoWaitOption = False,
+    timeout: TimeoutOption = WAIT_S,
     state: StateDirOption = None,
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Go past the current pause or analysis (--full: straight to 100 %)."""
-    _queue(name, namespace, state, "promote-full" if full else "promote", None, context, kubeconfig)
+    op = "promote-full" if full else "promote"
+    _queue(name, namespace, state, op, None, context, kubeconfig, wait=not no_wait, timeout=timeout)
 
 
 def _simple(op: str, doc: str) -> Any:
     def command(
         name: NameArg,
         namespace: NamespaceOption = None,
+        no_wait: NoWaitOption = False,
+        timeout: TimeoutOption = WAIT_S,
         state: StateDirOption = None,
         context: ContextOption = None,
         kubeconfig: KubeconfigOption = None,
     ) -> None:
-        _queue(name, namespace, state, op, None, context, kubeconfig)
+        _queue(
+            name,
+            namespace,
+            state,
+            op,
+            None,
+            context,
+            kubeconfig,
+            wait=not no_wait,
+            timeout=timeout,
+        )
 
     command.__doc__ = doc
     return command

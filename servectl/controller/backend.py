@@ -53,6 +53,7 @@ class Event:
     type: EventType
     reason: EventReason
     message: str
+    command: str | None = None  # the id of the user's command it answers (CommandRefused)
 
 
 class Backend(Protocol):

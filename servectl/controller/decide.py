@@ -29,6 +29,7 @@ from servectl.rollout import machine
 __all__ = [
     "AnalysisNeed",
     "Command",
+    "CommandResult",
     "LoopState",
     "Outcome",
     "ServectlDecider",
@@ -43,6 +44,15 @@ class Command:
 
     op: machine.Op
     version: int | None = None  # for START
+    id: str | None = None  # the backend's name for it, to say what became of it
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What became of one command this cycle: carried out (``error`` None) or refused."""
+
+    command: Command
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ class Outcome:
     decided_by: str | None
     reason: str
     errors: tuple[str, ...] = ()  # refused commands, with the fix
+    commands: tuple[CommandResult, ...] = ()  # each command's result, in the order given
     requested: int | None = None  # what the policy asked for, before the bounds
     decision: Decision | None = None
     intent: machine.Intent | None = None
@@ -117,6 +128,7 @@ def decide(
 ) -> Outcome:
     now = observed.time
     errors: list[str] = []
+    results: list[CommandResult] = []
     rollout_state = state.rollout
     for cmd in commands:
         try:
@@ -125,6 +137,9 @@ def decide(
             )
         except machine.RolloutError as exc:
             errors.append(f"{cmd.op}: {exc}")
+            results.append(CommandResult(cmd, errors[-1]))
+        else:
+            results.append(CommandResult(cmd))
 
     # Autoscaler: the total demand, in replicas of the current traffic mix.
     serving = [r for r in observed.revisions if r.weight > 0 or r.name == observed.header_revision]
@@ -190,6 +205,7 @@ def decide(
         decided_by=decision.signal,
         reason=str(decision.reason),
         errors=tuple(errors),
+        commands=tuple(results),
         requested=requested,
         decision=decision,
         intent=intent,

@@ -317,8 +317,12 @@ def events_for(
         events.append(
             Event(now, EventType.NORMAL, reason, text if applied else f"would apply: {text}")
         )
-    for text in outcome.errors:
-        events.append(Event(now, EventType.WARNING, EventReason.COMMAND_REFUSED, text))
+    # Each refused command names its id, so a backend can tell the user which one.
+    answered = [(r.error, r.command.id) for r in outcome.commands if r.error is not None]
+    for text, ident in answered or [(text, None) for text in outcome.errors]:
+        events.append(
+            Event(now, EventType.WARNING, EventReason.COMMAND_REFUSED, text, command=ident)
+        )
     failed = _policy_failure(outcome)
     old_limit = previous.condition(C.SCALING_LIMITED) if previous else None
     new_limit = status.condition(C.SCALING_LIMITED)

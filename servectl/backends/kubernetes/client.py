@@ -55,7 +55,7 @@ from servectl.backends.kubernetes.kube import (
     Resource,
     load_api_client,
 )
-from servectl.controller.spec import PolicySpecError, policy_for
+from servectl.controller.spec import PolicySpecError, policy_for, service_spec
 from servectl.rollout.machine import Op
 
 FIELD_MANAGER = "servectl-cli"
@@ -111,6 +111,8 @@ class KubeClient:
         self._sleep = sleep
         self._clock = clock
         self._crd: bool | None = None
+        self._refused_before: set[str | int] = set()  # the Events before the last command
+        self._seen_taken: frozenset[RolloutRequest] = frozenset()
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
@@ -482,6 +484,7 @@ class KubeClient:
         (after an abort or an undo), and every other operation, is a command annotation.
         """
         doc = self.object(namespace, name)
+        current = ((doc.get("spec") or {}).get("model") or {}).get("version")
         if op is Op.START:
             if version is None:
                 raise ClientError("rollout start needs --version N (the version to roll out)")
@@ -489,10 +492,19 @@ class KubeClient:
                 raise ClientError(
                     f"--version: {version} is not a model version (versions are >= 1)"
                 )
-            current = ((doc.get("spec") or {}).get("model") or {}).get("version")
-            if current != version:
-                self._patch(namespace, name, {"spec": {"model": {"version": version}}})
-                return RolloutRequest(op, version, None)
+        try:  # refused at once where the state refuses it (unless servectl cannot read it)
+            refused = resource_docs.refusal(doc, service_spec(parse(doc)), op, version, time.time())
+        except ValueError:
+            refused = None
+        if refused is not None:
+            raise ClientError(refused)
+        try:  # the Events before it: a CommandRefused one after it is its refusal
+            self._refused_before = {e.id for e in self.events(namespace, name)}
+        except ClientError:  # Events not readable: the wait sees it carried out only
+            self._refused_before = set()
+        if op is Op.START and current != version:
+            self._patch(namespace, name, {"spec": {"model": {"version": version}}})
+            return RolloutRequest(op, version, None)
         pending = resource_docs.pending_command(doc)
         ident = resource_docs.new_command_id()
         command = resource_docs.command_annotation(op, version, ident)
@@ -501,6 +513,17 @@ class KubeClient:
         return RolloutRequest(
             op, version, ident, None if pending is None else str(pending.get("op"))
         )
+
+    def command_outcome(
+        self, namespace: str, name: str, request: RolloutRequest
+    ) -> protocol.CommandOutcome:
+        """:func:`resource_docs.outcome` of the object, and its Events once it is taken."""
+        doc = self.object(namespace, name)
+        taken = resource_docs.command_taken(doc, request.id, request.version)
+        events = self.events(namespace, name) if taken else []
+        seen = request in self._seen_taken
+        self._seen_taken |= {request} if taken else set()
+        return resource_docs.outcome(doc, events, self._refused_before, request, seen=seen)
 
     def _patch(self, namespace: str, name: str, patch: Doc) -> Doc:
         try:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from servectl.api import models
 from servectl.backends import client as protocol
 from servectl.backends.kubernetes import objects as obj
 from servectl.backends.kubernetes.kube import MODELSERVICES, Doc
+from servectl.controller.spec import ServiceSpec
 from servectl.rollout.machine import Op
 
 DEFAULT_NAMESPACE = "default"
@@ -45,6 +46,73 @@ def pending_command(doc: Mapping[str, Any]) -> dict[str, Any] | None:
 def command_done(doc: Mapping[str, Any], ident: str) -> bool:
     """Has the controller carried out command ``ident`` (``status.loop.command``)?"""
     return bool((((doc.get("status") or {}).get("loop") or {}).get("command")) == ident)
+
+
+def pending_start(doc: Mapping[str, Any]) -> int | None:
+    """The version the controller will start a rollout to at its next cycle because
+    ``spec.model.version`` names one it neither runs nor has started (None: none)."""
+    status = doc.get("status") or {}
+    wanted = ((doc.get("spec") or {}).get("model") or {}).get("version")
+    rollout = status.get("rollout") or {}
+    started = (status.get("loop") or {}).get("startVersion")
+    if not isinstance(wanted, int) or not rollout:
+        return None
+    if wanted in (rollout.get("stableVersion"), rollout.get("canaryVersion"), started):
+        return None
+    return wanted
+
+
+def refusal(
+    doc: Mapping[str, Any], spec: ServiceSpec, op: Op, version: int | None, now: float
+) -> str | None:
+    """Why the rollout's state in status refuses ``op`` now (:func:`protocol.refusal`),
+    after the start a new ``spec.model.version`` asks for (:func:`pending_start`), unless
+    ``op`` is a start to another version, which replaces it. None: not refused."""
+    ahead = pending_start(doc)
+    current = ((doc.get("spec") or {}).get("model") or {}).get("version")
+    replaced = ahead is None or (op is Op.START and version != current)
+    starts = [] if ahead is None or replaced else [(Op.START, ahead)]
+    return protocol.refusal(doc.get("status"), spec.rollout, starts, op, version, now)
+
+
+def command_taken(doc: Mapping[str, Any], ident: str | None, version: int | None) -> bool:
+    """Has the controller taken the command: the annotation ``ident`` (``status.loop.
+    command``), or, with no id, the rollout to ``version`` that a new
+    ``spec.model.version`` asks for (``status.loop.startVersion``)?"""
+    if ident is not None:
+        return command_done(doc, ident)
+    return bool((((doc.get("status") or {}).get("loop") or {}).get("startVersion")) == version)
+
+
+def outcome(
+    doc: Mapping[str, Any],
+    events: Iterable[protocol.EventRecord],
+    before: Container[str | int],
+    request: protocol.RolloutRequest,
+    *,
+    seen: bool,
+) -> protocol.CommandOutcome:
+    """What became of a command: taken once ``status.loop`` names it
+    (:func:`command_taken`); refused when a CommandRefused Event for its operation is
+    among ``events`` and was not there ``before`` it was written. The controller writes
+    status before it posts that Event, so a taken command is done only once it was
+    ``seen`` taken at an earlier look."""
+    if not command_taken(doc, request.id, request.version):
+        return protocol.CommandOutcome("waiting")
+    for event in events:
+        mine = event.reason == "CommandRefused" and event.message.startswith(f"{request.op}:")
+        if mine and event.id not in before:
+            return protocol.CommandOutcome("refused", event.message)
+    if not seen:
+        return protocol.CommandOutcome("waiting")
+    return protocol.CommandOutcome("done", rollout_line(doc))
+
+
+def rollout_line(doc: Mapping[str, Any]) -> str:
+    """Where the rollout stands, as status says: ``Progressing step 1: ...``."""
+    rollout = (doc.get("status") or {}).get("rollout") or {}
+    phase, step = str(rollout.get("phase", "Idle")), int(rollout.get("step") or 0)
+    return protocol.rollout_where(phase, step, str(rollout.get("message") or ""))
 
 
 def apply_document(resource: models.ModelService | models.ScalingPolicy, namespace: str) -> Doc:

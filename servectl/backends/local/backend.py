@@ -35,10 +35,11 @@ from typing import Any, Literal
 
 from servectl.api import models
 from servectl.api.models import ModelServiceStatus, RolloutPhase
+from servectl.backends import client as protocol
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.record import RevisionRecord, ServiceRecord
-from servectl.backends.local.store import Store
+from servectl.backends.local.store import CommandOutcome, Store
 from servectl.backends.local.versions import ModelPathError, check_version, versions_on_disk
 from servectl.controller import state as state_codec
 from servectl.controller.backend import Event, EventReason
@@ -212,6 +213,8 @@ class LocalBackend:
         self._started: list[sup.Replica] = []  # started this tick (not in the view yet)
         self._route: router_mod.ServiceRoute | None = None
         self.errors: list[str] = []  # what apply could not do, for the runtime's log
+        self._taken: list[int] = []  # commands this cycle took, not yet answered
+        self._outcomes: dict[int, tuple[CommandOutcome, str]] = {}
 
     # -- helpers
 
@@ -321,10 +324,43 @@ class LocalBackend:
         commands = []
         for queued in taken:
             try:
-                commands.append(Command(Op(queued.op), queued.version))
+                commands.append(Command(Op(queued.op), queued.version, id=str(queued.id)))
             except ValueError:
                 self.errors.append(f"unknown command {queued.op!r} ignored")
+                self._outcomes[queued.id] = ("refused", f"unknown command {queued.op!r}")
+                continue
+            self._taken.append(queued.id)
         return commands
+
+    def _settle(self, events: Sequence[Event]) -> None:
+        """Record what became of the commands this cycle took, for the CLI waiting on
+        them: refused (the CommandRefused event that names it), else carried out, with
+        where the rollout stands now."""
+        refused = {
+            e.command: e.message
+            for e in events
+            if e.reason is EventReason.COMMAND_REFUSED and e.command is not None
+        }
+        rollout = getattr(self._state_loaded, "rollout", None)  # the state saved this cycle
+        where = (
+            ""
+            if rollout is None
+            else protocol.rollout_where(str(rollout.phase), rollout.step, rollout.message)
+        )
+        for ident in self._taken:
+            error = refused.get(str(ident))
+            self._outcomes[ident] = ("done", where) if error is None else ("refused", error)
+        self._taken = []
+        self.store.settle_commands(self.namespace, self.name, self._outcomes)
+        self._outcomes = {}
+
+    def fail_commands(self, why: str) -> None:
+        """The cycle that took commands failed before it decided on them: say so."""
+        for ident in self._taken:
+            self._outcomes[ident] = ("failed", f"the controller's cycle failed: {why}")
+        self._taken = []
+        self.store.settle_commands(self.namespace, self.name, self._outcomes)
+        self._outcomes = {}
 
     def apply(self, plan: Plan, now: float) -> None:
         """Start the replicas a revision lacks, mark the ones too many as draining, and
@@ -428,6 +464,8 @@ class LocalBackend:
         self.store.append_rollout(self.namespace, self.name, record, now=self._wall())
 
     def emit(self, events: Sequence[Event]) -> None:
+        if self._taken or self._outcomes:  # the cycle's last act: its commands answered
+            self._settle(events)
         if not events:
             return
         self.store.append_events(

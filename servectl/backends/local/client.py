@@ -316,7 +316,11 @@ class LocalClient:
     # -- rollouts
 
     def rollout(self, namespace: str, name: str, op: Op, version: int | None = None) -> int:
-        """Queue a rollout command for the controller's next tick; returns its id."""
+        """Queue a rollout command for the controller's next tick; returns its id.
+
+        Refused at once, writing nothing, when the rollout's state as the controller last
+        wrote it (with the commands queued ahead applied) already refuses it."""
+        from servectl.controller.spec import service_spec
         from servectl.rollout.machine import Op
 
         service = self.get(namespace, name)
@@ -327,6 +331,23 @@ class LocalClient:
                 check_version(Path(service.spec.model.base_path), version)
             except ModelPathError as exc:
                 raise ClientError(str(exc).replace("spec.model.version", "--version")) from None
+        ahead = []
+        for queued in self.store.pending_commands(namespace, name):
+            try:
+                ahead.append((Op(queued.op), queued.version))
+            except ValueError:
+                continue  # the controller ignores it too
+        refused = protocol.refusal(
+            self.status(namespace, name),
+            service_spec(service).rollout,
+            ahead,
+            op,
+            version,
+            time.time(),
+        )
+        if refused is not None:
+            raise ClientError(refused)
+        if op is Op.START:
             doc = service.model_dump(mode="json", by_alias=True, exclude_none=True)
             doc["spec"]["model"]["version"] = version
             self.store.put_spec(namespace, name, doc)
@@ -337,6 +358,24 @@ class LocalClient:
     ) -> protocol.RolloutRequest:
         ident = self.rollout(namespace, name, op, version)
         return protocol.RolloutRequest(op, version, str(ident), queued=True)
+
+    def command_outcome(
+        self, namespace: str, name: str, request: protocol.RolloutRequest
+    ) -> protocol.CommandOutcome:
+        """From the command's row: the controller records the outcome at the end of the
+        cycle that took it (``Store.settle_commands``)."""
+        row = None if request.id is None else self.store.command(namespace, name, int(request.id))
+        if row is None:
+            return protocol.CommandOutcome(
+                "refused", f"{namespace}/{name} was deleted: its commands went with it"
+            )
+        if row.outcome == "done":
+            return protocol.CommandOutcome("done", row.message)
+        if row.outcome is not None:  # refused, or failed with its cycle
+            return protocol.CommandOutcome("refused", row.message)
+        if self.controller().alive:
+            return protocol.CommandOutcome("waiting")
+        return protocol.CommandOutcome("stopped" if row.taken is None else "lost")
 
     def loop_state(self, namespace: str, name: str) -> LoopState | None:
         from servectl.controller import state as state_codec

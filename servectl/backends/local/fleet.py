@@ -50,6 +50,7 @@ class LocalFleet:
         self._view = TickView(replicas=(), routes={})
         self._records: dict[tuple[str, str], ServiceRecord] = {}
         self._claimed: set[int] = set()
+        self._opened: dict[tuple[str, str], LocalBackend] = {}  # this tick's backends
 
     @property
     def routing(self) -> config.Routing:
@@ -61,6 +62,7 @@ class LocalFleet:
         self._view = view
         self._records = dict(records)
         self._claimed = set()
+        self._opened = {}
 
     def services(self) -> list[Listed]:
         listed = []
@@ -91,7 +93,7 @@ class LocalFleet:
 
     def open(self, listed: Listed) -> LocalBackend:
         assert listed.service is not None
-        return LocalBackend(
+        backend = self._opened[listed.key] = LocalBackend(
             store=self.store,
             service=listed.service,
             record=self._records.get(listed.key),
@@ -100,6 +102,7 @@ class LocalFleet:
             wall_clock=self._wall,
             allocate_ports=self._new_ports,
         )
+        return backend
 
     def _new_ports(self) -> tuple[int, int]:
         taken = {p for r in self._records.values() for p in (r.rest_port, r.grpc_port)}
@@ -118,6 +121,9 @@ class LocalFleet:
 
     def refuse(self, listed: Listed, reason: EventReason, message: str, now: float) -> None:
         log.error("%s/%s: %s: %s", listed.namespace, listed.name, reason, message)
+        opened = self._opened.get(listed.key)
+        if opened is not None:  # a cycle that failed after taking commands: answer them
+            opened.fail_commands(message)
         previous = _status(self.store.get_status(listed.namespace, listed.name))
         status, changed = status_mod.refused(previous, str(reason), message, now=now)
         if not changed:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, cast
 
 Migration = tuple[str, ...]
 """One schema step: SQL statements run in order, in the upgrade's transaction."""
@@ -96,6 +96,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             value TEXT NOT NULL
         )""",
     ),
+    # 3: what became of each command, for the CLI that waits on it: NULL until the
+    # controller's cycle that took it has decided, then done, refused or failed (the
+    # cycle failed), with the controller's message.
+    (
+        "ALTER TABLE commands ADD COLUMN outcome TEXT",
+        "ALTER TABLE commands ADD COLUMN message TEXT",
+    ),
 )
 """The schema, in order: a database at ``user_version`` v gets ``MIGRATIONS[v:]``. Append
 only; never edit a released step."""
@@ -142,6 +149,24 @@ class QueuedCommand:
     version: int | None
     enqueued: float
     """When the CLI enqueued it (seconds since the epoch)."""
+
+
+CommandOutcome = Literal["done", "refused", "failed"]
+"""What became of a command: carried out, refused by the rollout machine, or lost with a
+cycle that failed."""
+
+
+@dataclass(frozen=True)
+class StoredCommand:
+    """A command with what became of it (``taken``/``outcome`` None: not yet)."""
+
+    id: int
+    op: str
+    version: int | None
+    enqueued: float
+    taken: float | None
+    outcome: CommandOutcome | None
+    message: str
 
 
 @dataclass(frozen=True)
@@ -528,6 +553,63 @@ class Store:
                 )
                 _prune(conn, "commands", sid, COMMANDS_KEPT, where="taken IS NOT NULL")
         return [QueuedCommand(int(r[0]), r[1], r[2], float(r[3])) for r in rows]
+
+    def pending_commands(self, namespace: str, name: str) -> list[QueuedCommand]:
+        """The commands not yet taken, in enqueue order (read only: nothing is taken)."""
+        rows = self._read(
+            "SELECT c.id, c.op, c.version, c.enqueued FROM commands c "
+            "JOIN services s ON s.id = c.service_id "
+            "WHERE s.namespace = ? AND s.name = ? AND c.taken IS NULL ORDER BY c.id",
+            (namespace, name),
+        )
+        return [QueuedCommand(int(r[0]), r[1], r[2], float(r[3])) for r in rows]
+
+    def settle_commands(
+        self,
+        namespace: str,
+        name: str,
+        outcomes: Mapping[int, tuple[CommandOutcome, str]],
+    ) -> None:
+        """Record what became of taken commands (id -> outcome, message): the controller,
+        once the cycle that took them has decided. A command of another service, or one
+        not taken, is left alone."""
+        if not outcomes:
+            return
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT id FROM services WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            if row is None:
+                return  # deleted meanwhile: its commands went with it
+            for ident, (outcome, message) in sorted(outcomes.items()):
+                conn.execute(
+                    "UPDATE commands SET outcome = ?, message = ? "
+                    "WHERE id = ? AND service_id = ? AND taken IS NOT NULL",
+                    (outcome, message, ident, int(row[0])),
+                )
+
+    def command(self, namespace: str, name: str, ident: int) -> StoredCommand | None:
+        """One command of the service and what became of it; None when there is none
+        (never queued, pruned, or the service was deleted)."""
+        rows = self._read(
+            "SELECT c.id, c.op, c.version, c.enqueued, c.taken, c.outcome, c.message "
+            "FROM commands c JOIN services s ON s.id = c.service_id "
+            "WHERE s.namespace = ? AND s.name = ? AND c.id = ?",
+            (namespace, name, ident),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        outcome = r[5] if r[5] in ("done", "refused", "failed") else None
+        return StoredCommand(
+            id=int(r[0]),
+            op=str(r[1]),
+            version=r[2],
+            enqueued=float(r[3]),
+            taken=None if r[4] is None else float(r[4]),
+            outcome=cast("CommandOutcome | None", outcome),
+            message=str(r[6] or ""),
+        )
 
     # ---- rollout history ----------------------------------------------------------------
 

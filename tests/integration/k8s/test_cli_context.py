@@ -129,7 +129,7 @@ def test_deploy_get_abort_redeploy_scale_delete(
     table = ok(run("get"))
     assert "NAME" in table and "x" in table and "Idle" in table
 
-    aborted = ok(run("rollout", "abort", "x"))
+    aborted = ok(run("rollout", "abort", "x", "--no-wait"))  # no controller runs here
     annotation = kube.get(MODELSERVICES, namespace, "x")["metadata"]["annotations"][obj.COMMAND]
     command = json.loads(annotation)
     assert command["op"] == "abort" and command["version"] is None
@@ -316,7 +316,7 @@ def test_rollout_status_shows_the_phase_the_controller_wrote(
         assert "Progressing (step 0)" in table
 
         # A command through the annotation: carried out once, its id in status.loop.command.
-        aborted = ok(run("rollout", "abort", "cn"))
+        aborted = ok(run("rollout", "abort", "cn", "--no-wait"))
         ident = aborted.strip().rsplit(" ", 1)[-1]
         wait_for(
             lambda: (
@@ -341,6 +341,14 @@ def test_rollout_status_shows_the_phase_the_controller_wrote(
         assert back["stableVersion"] == 1
         events = ok(run("events", "cn"))
         assert "Progressing" in events and "Aborted" in events
+
+        # What the rollout's state refuses is refused at once, nothing written (issue 25,
+        # item 3); a command it allows waits until the controller has carried it out.
+        before = kube.get(MODELSERVICES, namespace, "cn")["metadata"]["annotations"]
+        assert "abort refused: no rollout is running" in refused(run("rollout", "abort", "cn"))
+        assert kube.get(MODELSERVICES, namespace, "cn")["metadata"]["annotations"] == before
+        retried = ok(run("rollout", "retry", "cn", "--timeout", "60"))
+        assert "modelservice/cn: retry carried out: Progressing" in retried
     finally:
         for running in harness.running:
             running.stop()
