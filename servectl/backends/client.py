@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -137,6 +137,60 @@ class EventRecord:
 
 
 @dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica as the local runtime's supervisor last recorded it (``describe``, ``top
+    -o wide``): its process, ports, restarts and how its last process ended."""
+
+    name: str  # the pod
+    revision: str
+    phase: str  # STARTING, READY, NOT_READY, BACKOFF, STOPPING
+    pid: int | None
+    rest_port: int | None
+    grpc_port: int | None
+    restarts: int
+    last_exit: Mapping[str, Any] | None = None  # time, code, signal, reason
+
+    def to_record(self) -> dict[str, Any]:
+        """As ``describe -o json`` prints it: a pod's ``containerStatuses`` entry's words
+        (``restartCount``, ``lastState.terminated``)."""
+        record: dict[str, Any] = {
+            "name": self.name,
+            "revision": self.revision,
+            "phase": self.phase,
+            "pid": self.pid,
+            "restPort": self.rest_port,
+            "grpcPort": self.grpc_port,
+            "restartCount": self.restarts,
+        }
+        if self.last_exit is not None:
+            finished = self.last_exit.get("time")
+            record["lastState"] = {
+                "terminated": {
+                    "exitCode": self.last_exit.get("code"),
+                    "signal": self.last_exit.get("signal"),
+                    "reason": self.last_exit.get("reason"),
+                    "finishedAt": (
+                        datetime.fromtimestamp(finished, UTC).isoformat()
+                        if isinstance(finished, int | float)
+                        else None
+                    ),
+                }
+            }
+        return record
+
+    @property
+    def exit_words(self) -> str:
+        """The last exit in a few words (``signal 9``, ``code 1``), or ``-``."""
+        if self.last_exit is None:
+            return "-"
+        if self.last_exit.get("signal") is not None:
+            return f"signal {self.last_exit['signal']}"
+        if self.last_exit.get("code") is not None:
+            return f"code {self.last_exit['code']}"
+        return "unknown"
+
+
+@dataclass(frozen=True)
 class Description:
     """What ``describe`` shows of one service."""
 
@@ -150,6 +204,7 @@ class Description:
     endpoints: Endpoints | None = None
     spec_error: str | None = None  # why servectl cannot read the spec
     no_endpoints: str | None = None  # what to say when endpoints is None; None: nothing
+    replicas: list[ReplicaStatus] = field(default_factory=list)  # the local runtime's
 
 
 @dataclass(frozen=True)
@@ -463,6 +518,22 @@ class ServiceClient(Protocol):
         comes, read every :attr:`poll_s` seconds, until the caller stops."""
         ...
 
-    def logs(self, namespace: str, name: str, *, replica: str | None, tail: int) -> list[LogTail]:
-        """The newest ``tail`` lines of each replica's log (or of ``replica``)."""
+    def logs(
+        self, namespace: str, name: str, *, replica: str | None, tail: int, follow: bool = False
+    ) -> list[LogTail]:
+        """The newest ``tail`` lines of each replica's log (or of ``replica``); ``follow``:
+        the caller goes on with :meth:`follow_logs` (a cluster names ``kubectl logs -f``)."""
+        ...
+
+    def follow_logs(
+        self, namespace: str, name: str, *, replica: str | None
+    ) -> Iterator[list[LogTail]]:
+        """After :meth:`logs`: the lines each replica's log gets from now on (and the logs
+        of replicas started meanwhile), a batch every :attr:`poll_s` seconds, until the
+        caller stops."""
+        ...
+
+    def replica_statuses(self, namespace: str, name: str | None) -> list[ReplicaStatus]:
+        """The replicas of ``name`` (None: of every service in ``namespace``) as the
+        runtime runs them; empty where it does not know them (a cluster: kubectl's pods)."""
         ...

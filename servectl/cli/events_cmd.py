@@ -7,7 +7,7 @@ A cluster's client answers ``logs`` with the kubectl command that shows the pods
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,9 @@ from servectl.cli.target import (
     NamespaceOption,
     StateDirOption,
 )
+
+if TYPE_CHECKING:
+    from servectl.backends.client import LogTail
 
 
 def events(
@@ -65,16 +68,39 @@ def logs(
         str | None, typer.Option("--replica", help="One replica (default: every replica).")
     ] = None,
     tail: Annotated[int, typer.Option("--tail", min=1, help="Lines per replica.")] = 20,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "-f", "--follow", help="Keep printing new lines (and new replicas' logs); Ctrl-C stops."
+        ),
+    ] = False,
     state: StateDirOption = None,
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """The model servers' logs (each replica's, newest lines), from the state directory.
 
-    On a cluster it prints the kubectl command that shows them."""
+    On a cluster it prints the kubectl command that shows them (kubectl logs -f with -f)."""
     with target.session(state, context, kubeconfig) as client:
-        tails = client.logs(namespace or client.namespace, name, replica=replica, tail=tail)
+        ns = namespace or client.namespace
+        tails = client.logs(ns, name, replica=replica, tail=tail, follow=follow)
+        shown = _print_tails(tails, None)
+        if not follow:
+            return
+        try:
+            for batch in client.follow_logs(ns, name, replica=replica):
+                shown = _print_tails(batch, shown)
+        except KeyboardInterrupt:
+            pass
+
+
+def _print_tails(tails: list[LogTail], shown: str | None) -> str | None:
+    """Each replica's lines under a ``==> pod <==`` header, as ``tail -f`` prints several
+    files: a header only when the replica changes from the one ``shown`` last."""
     for log in tails:
-        out.print(f"==> {log.replica} <==", highlight=False, markup=False)
+        if log.replica != shown:
+            out.print(f"==> {log.replica} <==", highlight=False, markup=False)
+            shown = log.replica
         for line in log.lines:
             out.print(line, highlight=False, markup=False)
+    return shown

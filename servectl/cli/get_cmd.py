@@ -26,7 +26,7 @@ from servectl.cli.target import (
 )
 
 if TYPE_CHECKING:
-    from servectl.backends.client import Description, Endpoints, ServiceSummary
+    from servectl.backends.client import Description, Endpoints, ReplicaStatus, ServiceSummary
 
 # --------------------------------------------------------------------------- get
 
@@ -205,6 +205,23 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
                     str(r.get("modelState", "-")),
                 ]
                 for r in revisions
+            ],
+        )
+    if d.replicas:  # the local runtime's: each process, its restarts and its last exit
+        console.print_table(
+            "Replicas",
+            ["NAME", "PHASE", "PID", "REST", "GRPC", "RESTARTS", "LAST EXIT"],
+            [
+                [
+                    r.name,
+                    r.phase,
+                    _or_dash(r.pid),
+                    _or_dash(r.rest_port),
+                    _or_dash(r.grpc_port),
+                    str(r.restarts),
+                    _last_exit(r),
+                ]
+                for r in d.replicas
             ],
         )
     rollout = status.get("rollout") or {}
@@ -412,13 +429,22 @@ def top(
 ) -> None:
     """Per revision: replicas, CPU, GPU duty cycle, requests/s, p99 (last tick's metrics).
 
+    -o wide adds each replica's pid, ports, restarts and last exit; -o json|yaml has them
+    per revision under "replicas".
+
     On a cluster it prints the kubectl command that shows the pods' CPU and memory."""
     with target.session(state, context, kubeconfig) as client:
         cycles = client.cycles(namespace or client.namespace, name)
+        by_revision: dict[str, list[ReplicaStatus]] = {}
+        for replica in client.replica_statuses(namespace or client.namespace, name):
+            by_revision.setdefault(replica.revision, []).append(replica)
     records = []
+    wide_rows = []
     for service, cycle in sorted(cycles.items()):
         for rev in cycle.record["revisions"]:
             s = rev["signals"]
+            replicas = by_revision.get(rev["name"], [])
+            wide_rows.append(_replica_columns(replicas))
             records.append(
                 {
                     "service": service,
@@ -434,6 +460,8 @@ def top(
                     "errorRate": s.get("errorRate"),
                 }
             )
+            if replicas:  # the local runtime's processes (none listed on a cluster)
+                records[-1]["replicas"] = [r.to_record() for r in replicas]
     if not records:
         raise fail(
             "no metrics yet: is the controller up (`servectl status`) and a service deployed?", 1
@@ -467,4 +495,32 @@ def top(
             for r in records
         ],
         records=records,
+        wide_header=["PIDS", "PORTS (REST/GRPC)", "RESTARTS", "LAST EXIT"],
+        wide_rows=wide_rows,
     )
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _last_exit(replica: ReplicaStatus) -> str:
+    """``signal 9 at 14:02:11``, or ``-`` for a replica whose process never ended."""
+    if replica.last_exit is None:
+        return "-"
+    when = replica.last_exit.get("time")
+    at = f" at {fmt.clock_time(when)}" if isinstance(when, int | float) else ""
+    return replica.exit_words + at
+
+
+def _replica_columns(replicas: list[ReplicaStatus]) -> list[str]:
+    """``top -o wide``'s columns for one revision: each replica's pid, ports, restarts and
+    last exit, comma-separated in pod order."""
+    if not replicas:
+        return ["-", "-", "-", "-"]
+    return [
+        ",".join(_or_dash(r.pid) for r in replicas),
+        ",".join(f"{_or_dash(r.rest_port)}/{_or_dash(r.grpc_port)}" for r in replicas),
+        ",".join(str(r.restarts) for r in replicas),
+        ",".join(_last_exit(r) for r in replicas),
+    ]

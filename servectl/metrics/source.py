@@ -67,8 +67,13 @@ class PrometheusSource:
         *,
         clock: Callable[[], float] = _time.time,
         headers: dict[str, str] | None = None,
+        local_exporter: str | None = None,
     ) -> None:
+        """``local_exporter``: the local runtime's replica exporter (``host:port``), which
+        serves the cAdvisor, kube-state-metrics and DCGM series there: an empty signal is
+        explained in its terms, not a cluster's (:meth:`_local_checks`)."""
         self.url = url.rstrip("/")
+        self.local_exporter = local_exporter
         self.config = config or MetricsConfig()
         check_templates(self.config)
         self._clock = clock
@@ -258,8 +263,32 @@ class PrometheusSource:
 
     # ------------------------------------------------------------------ diagnosis
 
+    def _local_checks(self, signal: str) -> list[tuple[str, str]]:
+        """:meth:`_checks` on the local runtime for the signals its own exporter serves (no
+        kubelet, kube-state-metrics or dcgm-exporter there). The exporter runs in the
+        controller: just after the controller (re)starts, Prometheus has not scraped it."""
+        metric = {
+            "cpu": names.CADVISOR_CPU,
+            "cpu_requests": names.KSM_REQUESTS,
+            "gpu": names.DCGM_GPU_UTIL,
+        }[signal]
+        exporter = f"servectl's replica exporter (http://{self.local_exporter}/metrics)"
+        missing = f"not scraped yet since the controller started, or {self.url} cannot reach it"
+        info = self.config.pod_info.metric
+        first = (
+            f"no {metric} series: no GPU here, or {exporter} is {missing}"
+            if signal == "gpu"
+            else f"no {metric} series from {exporter}: {missing}"
+        )
+        return [
+            (f"count({metric})", first),
+            (f"count({info})", f"no {info} series from {exporter}: {missing}"),
+        ]
+
     def _checks(self, signal: str) -> list[tuple[str, str]]:
         """(PromQL count query, what it means when it is 0) for an empty signal."""
+        if self.local_exporter is not None and signal in ("cpu", "cpu_requests", "gpu"):
+            return self._local_checks(signal)
         cfg = self.config
         info = cfg.pod_info
         pod_info = [

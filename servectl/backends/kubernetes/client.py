@@ -747,9 +747,9 @@ class KubeClient:
             yield fresh()
 
     def logs(
-        self, namespace: str, name: str, *, replica: str | None, tail: int
+        self, namespace: str, name: str, *, replica: str | None, tail: int, follow: bool = False
     ) -> list[protocol.LogTail]:
-        """The pods' logs are the cluster's: kubectl logs shows them."""
+        """The pods' logs are the cluster's: kubectl logs shows them (``-f`` to follow)."""
         args = (
             ["logs", replica, "--all-containers", f"--tail={tail}"]
             if replica is not None
@@ -762,7 +762,18 @@ class KubeClient:
                 f"--tail={tail}",
             ]
         )
-        raise _elsewhere("logs", self.kubectl(namespace, *args))
+        raise _elsewhere("logs", self.kubectl(namespace, *args, *(["-f"] if follow else [])))
+
+    def follow_logs(
+        self, namespace: str, name: str, *, replica: str | None
+    ) -> Iterator[list[protocol.LogTail]]:
+        """As :meth:`logs` with ``follow``: kubectl logs -f follows the pods."""
+        self.logs(namespace, name, replica=replica, tail=10, follow=True)  # raises Elsewhere
+        return iter(())
+
+    def replica_statuses(self, namespace: str, name: str | None) -> list[protocol.ReplicaStatus]:
+        """The replicas are the cluster's pods (``kubectl get pods`` shows their restarts)."""
+        return []
 
 
 def _elsewhere(verb: str, command: str) -> protocol.Elsewhere:

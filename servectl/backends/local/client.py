@@ -441,18 +441,23 @@ class LocalClient:
         row = self._spec(namespace, name)
         status = _as_last_seen(self.status(namespace, name) or {}, self.stale())
         endpoints = self._endpoints(namespace, name)
+        replicas = self.replica_statuses(namespace, name)
+        document = protocol.resource_document(
+            row.spec, status, generation=row.generation, endpoints=endpoints
+        )
+        if replicas:  # each one's process, restarts and last exit, as containerStatuses
+            document["status"]["replicaStatuses"] = [r.to_record() for r in replicas]
         return protocol.Description(
             namespace=namespace,
             name=name,
-            document=protocol.resource_document(
-                row.spec, status, generation=row.generation, endpoints=endpoints
-            ),
+            document=document,
             spec=row.spec,
             status=status,
             events=[_event(e) for e in self.events(namespace, name, limit=events)],
             no_status=NO_STATUS,
             endpoints=endpoints,
             no_endpoints=NO_ENDPOINTS,
+            replicas=replicas,
         )
 
     def await_endpoints(
@@ -546,16 +551,42 @@ class LocalClient:
                 continue
         return found
 
-    def logs(
-        self, namespace: str, name: str, *, replica: str | None, tail: int
-    ) -> list[protocol.LogTail]:
-        """From ``logs/<pod>.log`` in the state directory: the replicas the supervisor
-        runs, else every log the service's replicas left."""
-        pods = [
+    def replica_statuses(self, namespace: str, name: str | None) -> list[protocol.ReplicaStatus]:
+        """From the supervisor's records (``replicas/<pod>/replica.json``), by pod."""
+        found = []
+        for record in self.replicas():
+            spec = record.get("spec") or {}
+            if spec.get("namespace") != namespace or name not in (None, spec.get("service")):
+                continue
+            pid = record.get("pid")
+            found.append(
+                protocol.ReplicaStatus(
+                    name=str(spec.get("pod")),
+                    revision=str(spec.get("revision")),
+                    phase=str(record.get("phase") or ("STARTING" if pid else "BACKOFF")),
+                    pid=pid,
+                    rest_port=record.get("rest_port") if pid else None,
+                    grpc_port=record.get("grpc_port") if pid else None,
+                    restarts=int(record.get("restarts") or 0),
+                    last_exit=record.get("last_exit"),
+                )
+            )
+        return sorted(found, key=lambda r: r.name)
+
+    def _pods(self, namespace: str, name: str) -> list[str]:
+        """The pods the supervisor runs for the service."""
+        return [
             r["spec"]["pod"]
             for r in self.replicas()
             if r.get("spec", {}).get("service") == name and r["spec"].get("namespace") == namespace
         ]
+
+    def logs(
+        self, namespace: str, name: str, *, replica: str | None, tail: int, follow: bool = False
+    ) -> list[protocol.LogTail]:
+        """From ``logs/<pod>.log`` in the state directory: the replicas the supervisor
+        runs, else every log the service's replicas left (``follow``: see follow_logs)."""
+        pods = self._pods(namespace, name)
         logs_dir = self.paths.logs
         if replica is not None:
             pods = [replica]
@@ -573,6 +604,21 @@ class LocalClient:
                 lines = ["(no log)"]
             tails.append(protocol.LogTail(pod, lines))
         return tails
+
+    def follow_logs(
+        self, namespace: str, name: str, *, replica: str | None
+    ) -> Iterator[list[protocol.LogTail]]:
+        """New lines of the logs :meth:`logs` showed, and of replicas started since, read
+        every :attr:`poll_s` (``log_follow``)."""
+        from servectl.backends.local.log_follow import LogFollower
+
+        def pods() -> list[str]:
+            return [replica] if replica is not None else self._pods(namespace, name)
+
+        follower = LogFollower(self.paths.logs, pods())
+        while True:
+            time.sleep(self.poll_s)
+            yield follower.read(pods())
 
 
 def _created(existing: Service | None) -> str | None:

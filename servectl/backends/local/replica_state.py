@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servectl.backends.local import cgroups
+from servectl.backends.local import replica_events as events
 from servectl.backends.local import replica_launch as launch
 from servectl.metrics.exporters import replicas as registry
 
@@ -56,6 +57,7 @@ class Replica:
     limits: str = ""  # what is enforced, or why not
     log_path: Path | None = None
     adopted: bool = False  # its process was started by an earlier supervisor
+    last_exit: events.Exit | None = None  # how its last process ended, if one did
 
     @property
     def url(self) -> str | None:
@@ -98,6 +100,7 @@ class Slot:
         self.probe: tuple[int, concurrent.futures.Future[launch.Probe]] | None = None
         self.next_probe_at = 0.0
         self.probe_failures = 0
+        self.last_exit: events.Exit | None = None
 
     @property
     def stopping(self) -> bool:
@@ -122,6 +125,7 @@ class Slot:
             limits=self.limits,
             log_path=self.files.log,
             adopted=self.adopted,
+            last_exit=self.last_exit,
         )
 
     def record(self) -> dict[str, Any]:
@@ -144,6 +148,9 @@ class Slot:
             "stop_deadline": self.stop_deadline_wall,
             "log_offset": self.log_offset,
             "oom_kills": self.oom_kills,
+            # For the CLI (describe, top -o wide), which reads these records:
+            "phase": str(self.phase),
+            "last_exit": self.last_exit.to_json() if self.last_exit is not None else None,
         }
 
     def registry_entry(self) -> dict[str, Any] | None:
@@ -222,6 +229,7 @@ def load(path: Path, directory: Path, backoff_s: float) -> tuple[Slot, dict[str,
         if slot.oom_kills is not None and not isinstance(slot.oom_kills, int):
             raise ValueError(f"oom_kills: expected an integer, got {slot.oom_kills!r}")
         slot.last_error = data.get("last_error")
+        slot.last_exit = events.Exit.from_json(data.get("last_exit"))
         slot.limits = str(data.get("limits") or "")
         for key in ("pid", "start_ticks", "rest_port", "grpc_port"):
             if data.get(key) is not None and not isinstance(data[key], int):

@@ -14,7 +14,8 @@ One :class:`Runtime` owns, under one state directory::
 Each :meth:`Runtime.tick` (one wall-clock ``now``):
 
 1. polls the supervisor (readiness, restarts, kill deadlines) and makes sure HAProxy and
-   Prometheus run (restarting them, routes re-applied level-triggered);
+   Prometheus run (restarting them, routes re-applied level-triggered); what the
+   supervisor did and what was restarted become events and log lines (``runtime_events``);
 2. reads HAProxy's routes and one Prometheus snapshot for every service at once;
 3. runs ``reconcile_once`` with a :class:`~servectl.backends.local.backend.LocalBackend`
    per service (a service that fails is reported in its events, the others go on);
@@ -41,7 +42,7 @@ from typing import Any
 
 from servectl.api import models
 from servectl.api.models import ConditionStatus
-from servectl.backends.local import cgroups, front_ports
+from servectl.backends.local import cgroups, front_ports, runtime_events
 from servectl.backends.local import router as router_mod
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.backend import LocalBackend, TickView, drained
@@ -133,6 +134,10 @@ class Runtime:
         self.driver = Driver(self.fleet)
         self.last: TickReport | None = None
         self._stop = threading.Event()
+        # What the supervisor did and what happened to HAProxy and Prometheus: events on
+        # the services and lines in controller.log (runtime_events).
+        self.events = runtime_events.Reporter(self.store)
+        self._pids: dict[str, int | None] = {}  # HAProxy's and Prometheus' last seen
 
     # ------------------------------------------------------------------ set-up
 
@@ -150,11 +155,33 @@ class Runtime:
 
     def start(self) -> None:
         """Start or adopt HAProxy and Prometheus, and serve the exporter."""
-        if not self.router.running:
+        router_adopted = self.router.running
+        if not router_adopted:
             self.router.start()
-        if not self.prometheus.adopt():
+        prometheus_adopted = self.prometheus.adopt()
+        if not prometheus_adopted:
             self.prometheus.start()
-        self._source = PrometheusSource(self.prometheus.url, self.metrics_config)
+        self._pids = {"HAProxy": self.router.pid, "Prometheus": self.prometheus.pid}
+        replicas = self.supervisor.replicas()
+        adopted = sum(1 for r in replicas if r.adopted and r.pid is not None)
+
+        def how(name: str, was_running: bool) -> str:
+            return f"{name} {'adopted' if was_running else 'started'} (pid {self._pids[name]})"
+
+        self.events.runtime(
+            runtime_events.CONTROLLER_STARTED,
+            f"controller pid {os.getpid()} started in {self.paths.root}: "
+            f"{how('HAProxy', router_adopted)}, {how('Prometheus', prometheus_adopted)}, "
+            f"{adopted} of {len(replicas)} recorded replicas still running (adopted)",
+            self.clock(),
+            warning=False,
+        )
+        self.events.happenings(self.supervisor.take_happenings())  # adopted, found dead
+        self._source = PrometheusSource(
+            self.prometheus.url,
+            self.metrics_config,
+            local_exporter=f"127.0.0.1:{self.exporter_port}",  # its words for empty signals
+        )
         self._start_exporter()
         self._sync_targets()
         self.store.put_setting(
@@ -210,6 +237,8 @@ class Runtime:
         self.supervisor.poll()
         report.router_restarted = self._ensure_router()
         report.prometheus_restarted = self._ensure_prometheus()
+        # Crashes and restarts first: the events of this tick's cycle follow from them.
+        self.events.happenings(self.supervisor.take_happenings())
         observed = self._observe_router()  # once a tick: the loop's view and apply's base
         routes = self.router.actual(observed) if observed is not None else {}
         records = {
@@ -242,6 +271,7 @@ class Runtime:
             observed,
         )
         self._sync_targets()
+        self.events.happenings(self.supervisor.take_happenings())  # starts and stops
         report.services = len(backends)
         report.seconds = time.monotonic() - started
         self.last = report
@@ -268,20 +298,48 @@ class Runtime:
 
     def _ensure_router(self) -> bool:
         try:
-            return self.router.ensure_running()
+            restarted = self.router.ensure_running()
         except router_mod.RouterError as exc:
             log.error("router: %s", exc)
+            message = f"HAProxy is not running and could not be started: {exc}"
+            self.events.failing(runtime_events.ROUTER_FAILED, message, self.clock())
             return False
+        self.events.failing(runtime_events.ROUTER_FAILED, None, self.clock())
+        if restarted:
+            self.events.runtime(
+                runtime_events.ROUTER_RESTARTED,
+                f"HAProxy{_pid(self._pids.get('HAProxy'))} was not running: restarted from "
+                f"its files as pid {self.router.pid} (the same front ports, servers and "
+                "weights; routes re-applied)",
+                self.clock(),
+                warning=True,
+            )
+        self._pids["HAProxy"] = self.router.pid
+        return restarted
 
     def _ensure_prometheus(self) -> bool:
         if self.prometheus.running:
             return False
         try:
-            if not self.prometheus.adopt():
+            adopted = self.prometheus.adopt()
+            if not adopted:
                 self.prometheus.start()
         except PrometheusError as exc:
             log.error("prometheus: %s", exc)
+            message = f"Prometheus is not running and could not be started: {exc}"
+            self.events.failing(runtime_events.PROMETHEUS_FAILED, message, self.clock())
             return False
+        self.events.failing(runtime_events.PROMETHEUS_FAILED, None, self.clock())
+        how = "found another Prometheus on its TSDB" if adopted else "restarted it on its TSDB"
+        self.events.runtime(
+            runtime_events.PROMETHEUS_RESTARTED,
+            f"Prometheus{_pid(self._pids.get('Prometheus'))} was not running: {how} as pid "
+            f"{self.prometheus.pid} ({self.prometheus.url}); metrics are missing until its "
+            "first scrapes",
+            self.clock(),
+            warning=True,
+        )
+        self._pids["Prometheus"] = self.prometheus.pid
         self._targets = None  # rewrite them for the new process
         return True
 
@@ -383,7 +441,15 @@ class Runtime:
     def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop every replica, HAProxy, Prometheus and the exporter (``servectl down``)."""
         self.request_stop()
+        self.events.runtime(
+            runtime_events.CONTROLLER_STOPPING,
+            f"controller pid {os.getpid()} stopping: {len(self.supervisor.replicas())} "
+            f"replicas (SIGTERM, SIGKILL after {grace_s:g} s), HAProxy and Prometheus",
+            self.clock(),
+            warning=False,
+        )
         self.supervisor.shutdown(grace_s)
+        self.events.happenings(self.supervisor.take_happenings())
         with contextlib.suppress(router_mod.RouterError):
             self.router.stop()
         with contextlib.suppress(PrometheusError, OSError):
@@ -420,6 +486,10 @@ def install_signal_handlers(runtime: Runtime) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _pid(pid: int | None) -> str:
+    return "" if pid is None else f" (pid {pid})"
 
 
 def _without(route: router_mod.ServiceRoute, pods: set[str]) -> router_mod.ServiceRoute:

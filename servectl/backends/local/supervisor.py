@@ -43,6 +43,12 @@ returns, and treats the others as crashed: restarted after their backoff. An ado
 is not this process's child: its liveness comes from ``/proc`` and its exit code is unknown
 (the message says so). A lock file keeps a second supervisor off a directory in use.
 
+**Happenings** (:mod:`~servectl.backends.local.replica_events`): each start, crash (exit
+code or signal), restart, stop, SIGKILL, adoption and readiness change is recorded as a
+value; :meth:`Supervisor.take_happenings` hands them over once, and the runtime turns them
+into events and log lines (this module writes no event). A replica keeps its restarts and
+how its last process ended (``Replica.last_exit``, also in ``replica.json`` for the CLI).
+
 Not thread-safe: call it from one thread (the controller's loop).
 """
 
@@ -57,15 +63,18 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 from servectl import processes
 from servectl.backends.local import cgroups, replica_cgroups, replica_state
+from servectl.backends.local import replica_events as events
 from servectl.backends.local import replica_launch as launch
 
-# The supervisor's API takes a ReplicaSpec, returns Replicas in a Phase and raises these
-# errors: its callers name them through this module.
+# The supervisor's API takes a ReplicaSpec, returns Replicas in a Phase and Happenings, and
+# raises these errors: its callers name them through this module.
+from servectl.backends.local.replica_events import Happening as Happening
 from servectl.backends.local.replica_launch import InvalidSpecError as InvalidSpecError
 from servectl.backends.local.replica_launch import ReplicaSpec as ReplicaSpec
 from servectl.backends.local.replica_launch import ServerStartError as ServerStartError
@@ -105,6 +114,8 @@ PROBE_WORKERS = 8
 """Threads running readiness checks (a check takes at most its timeout)."""
 ADOPT_WAIT_S = 1.0
 """How long the constructor waits for the readiness of the replicas it adopts."""
+HAPPENINGS_KEPT = 1000
+"""Happenings kept for :meth:`Supervisor.take_happenings` (the oldest go first)."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -138,16 +149,16 @@ def _scope(directory: Path) -> str:
     return cgroups.scope_for(directory)
 
 
-def _describe_exit(code: int | None, pid: int) -> str:
-    if code is None:
-        return f"exited (exit code unknown: pid {pid} was adopted, not this supervisor's child)"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {-code} ({name})"
-    return f"exited with code {code}"
+def _serves(slot: replica_state.Slot) -> str:
+    return f"{slot.spec.model_name} version {slot.spec.version}"
+
+
+def _where(slot: replica_state.Slot) -> str:
+    """A started process, for a happening: pid, ports, limits."""
+    return (
+        f"pid {slot.pid}, REST 127.0.0.1:{slot.rest_port}, gRPC 127.0.0.1:{slot.grpc_port}; "
+        f"limits: {slot.limits or 'none'}"
+    )
 
 
 # --------------------------------------------------------------------------- the supervisor
@@ -188,6 +199,7 @@ class Supervisor:
         self._spawn_cost = 0.01  # seconds a restart took lately (a moving average)
         self._spawned_this_poll = 0
         self._resume_at = ""  # the pod the next poll starts with (after one that ran out)
+        self._happenings: list[Happening] = []  # since the last take_happenings()
         self._closed = False
         (self.directory / "replicas").mkdir(parents=True, exist_ok=True)
         (self.directory / "logs").mkdir(parents=True, exist_ok=True)
@@ -244,6 +256,9 @@ class Supervisor:
             shutil.rmtree(files.directory, ignore_errors=True)
             raise
         self._slots[spec.pod] = slot
+        self._tell(
+            slot, events.Kind.STARTED, f"started {spec.pod} ({_serves(slot)}): {_where(slot)}"
+        )
         self._write_registry()
         return slot.view()
 
@@ -258,6 +273,7 @@ class Supervisor:
         now = self._clock()
         if slot.pid is None:  # waiting to restart: nothing runs
             self._forget(slot)
+            self._tell(slot, events.Kind.STOPPED, f"stopped {pod}: it was waiting to restart")
             self._write_registry()
             return
         deadline = now + max(0.0, grace_s)
@@ -300,6 +316,13 @@ class Supervisor:
         """Every replica as of the last call, by pod name."""
         return [self._slots[pod].view() for pod in sorted(self._slots)]
 
+    def take_happenings(self) -> list[Happening]:
+        """What the supervisor did and saw since the last call (starts, crashes, restarts,
+        stops, SIGKILLs, adoptions, readiness lost and regained), oldest first; each is
+        handed out once. The runtime makes events and log lines of them."""
+        taken, self._happenings = self._happenings, []
+        return taken
+
     def get(self, pod: str) -> Replica | None:
         slot = self._slots.get(pod)
         return None if slot is None else slot.view()
@@ -336,6 +359,7 @@ class Supervisor:
                     if slot.pid is not None and not slot.killed:
                         self._signal(slot, signal.SIGKILL)
                         slot.killed = True
+                        self._tell_killed(slot, grace_s)
                 killed, deadline = True, time.monotonic() + 5.0
             elif killed and time.monotonic() >= deadline:
                 left = ", ".join(f"{s.spec.pod} (pid {s.pid})" for s in self._slots.values())
@@ -450,6 +474,7 @@ class Supervisor:
                 self._signal(slot, signal.SIGKILL)
                 slot.killed = True
                 slot.message = f"stopping: sent SIGKILL to pid {slot.pid} (grace period over)"
+                self._tell_killed(slot, None)
             return
         self._collect_probe(slot, now)
         if (
@@ -498,6 +523,13 @@ class Supervisor:
             slot.probe_failures = 0
             slot.port_retries = 0
             if slot.phase != Phase.READY:
+                if slot.phase == Phase.NOT_READY:
+                    self._tell(
+                        slot,
+                        events.Kind.READY_AGAIN,
+                        f"{spec.pod} (pid {slot.pid}) answers its readiness checks again: "
+                        "back in the router",
+                    )
                 slot.phase = Phase.READY
                 slot.ready_at, slot.ready_since = self._wall(), now
                 slot.next_probe_at = now + READY_PROBE_INTERVAL_S
@@ -513,6 +545,12 @@ class Supervisor:
             if slot.probe_failures < READY_FAILURE_THRESHOLD:
                 return
             slot.phase = Phase.NOT_READY
+            self._tell(
+                slot,
+                events.Kind.NOT_READY,
+                f"{spec.pod} (pid {slot.pid}) failed {READY_FAILURE_THRESHOLD} readiness checks "
+                f"in a row ({result.detail}): out of the router until it answers",
+            )
             slot.ready_at = slot.ready_since = None
             self._save(slot)
         if slot.phase == Phase.NOT_READY:
@@ -529,14 +567,26 @@ class Supervisor:
         tail = processes.log_since(slot.files.log, slot.log_offset)
         slot.process, slot.pid, slot.ticks = None, None, None
         slot.started_at = slot.ready_at = slot.ready_since = None
+        reason = events.describe_exit(code, pid)
+        slot.last_exit = events.Exit.of(code, self._wall(), reason)
         if slot.stopping:
             self._forget(slot)
+            after = "SIGKILL" if slot.killed else "SIGTERM"
+            how = "gone (adopted: exit code unknown)" if code is None else reason
+            self._tell(
+                slot,
+                events.Kind.STOPPED,
+                f"stopped {slot.spec.pod}: pid {pid} {how} after {after}",
+                pid=pid,
+                code=code,
+            )
             return
-        reason = _describe_exit(code, pid)
         line = launch.last_line(tail)
         oom = replica_cgroups.oom_killed(slot.spec, slot.group, slot.oom_kills)
         if oom is not None:
             reason = f"{oom} ({reason})"
+        elif line and code is not None and code < 0:  # a signal: the line is no cause
+            reason += f"; its last log line: {line}"
         elif line:
             reason += f": {line}"
         if "already in use" in tail.lower() and slot.port_retries < PORT_RETRIES:
@@ -555,9 +605,22 @@ class Supervisor:
                 f" (version {slot.spec.version} of {slot.spec.model_name} is not on disk: "
                 f"{version_dir} does not exist)"
             )
-        self._crashed(slot, reason, now)
+        slot.last_exit = replace(slot.last_exit, reason=reason)
+        kind = events.Kind.OOM_KILLED if oom is not None else events.Kind.CRASHED
+        self._crashed(slot, reason, now, kind=kind, pid=pid, code=code)
 
-    def _crashed(self, slot: replica_state.Slot, reason: str, now: float) -> None:
+    def _crashed(
+        self,
+        slot: replica_state.Slot,
+        reason: str,
+        now: float,
+        *,
+        kind: events.Kind = events.Kind.CRASHED,
+        pid: int | None = None,
+        code: int | None = None,
+    ) -> None:
+        """BACKOFF after a crash, a failed start or a process gone while no supervisor
+        ran: the next start after the backoff, and a happening that says so."""
         delay = slot.backoff_s
         slot.backoff_s = min(BACKOFF_MAX_S, slot.backoff_s * 2)
         slot.port_retries = 0
@@ -566,6 +629,14 @@ class Supervisor:
         slot.last_error = reason
         slot.message = f"{reason}; restarting in {delay:g} s"
         self._save(slot)
+        who = slot.spec.pod if pid is None else f"{slot.spec.pod} (pid {pid})"
+        self._tell(
+            slot,
+            kind,
+            f"{who} {reason}; restart {slot.restarts + 1} in {delay:g} s",
+            pid=pid,
+            code=code,
+        )
 
     def _restart(self, slot: replica_state.Slot, now: float) -> None:
         began = time.perf_counter()
@@ -579,7 +650,7 @@ class Supervisor:
         try:
             self._spawn(slot, now)
         except ServerStartError as exc:
-            self._crashed(slot, str(exc), now)
+            self._crashed(slot, str(exc), now, kind=events.Kind.START_FAILED)
             return
         finally:
             self._spawn_cost = 0.7 * self._spawn_cost + 0.3 * (time.perf_counter() - began)
@@ -588,6 +659,38 @@ class Supervisor:
                 f"a port was taken before the server bound it; started again on new ports "
                 f"(try {slot.port_retries} of {PORT_RETRIES}): pid {slot.pid}"
             )
+            return
+        self._tell(
+            slot,
+            events.Kind.RESTARTED,
+            f"restarted {slot.spec.pod} (restart {slot.restarts}): {_where(slot)}",
+        )
+
+    def _tell(
+        self,
+        slot: replica_state.Slot,
+        kind: events.Kind,
+        message: str,
+        *,
+        pid: int | None = None,
+        code: int | None = None,
+    ) -> None:
+        """Record a happening for :meth:`take_happenings` (``code``: ``Popen.returncode``)."""
+        pid = pid if pid is not None else slot.pid
+        now = self._wall()
+        self._happenings.append(
+            events.Happening.of(kind, now, slot.spec, message, pid, code, slot.restarts)
+        )
+        del self._happenings[:-HAPPENINGS_KEPT]
+
+    def _tell_killed(self, slot: replica_state.Slot, grace_s: float | None) -> None:
+        after = "its grace period" if grace_s is None else f"{grace_s:g} s"
+        self._tell(
+            slot,
+            events.Kind.KILLED,
+            f"{slot.spec.pod} (pid {slot.pid}) was still running {after} after SIGTERM: "
+            "sent SIGKILL",
+        )
 
     def _forget(self, slot: replica_state.Slot) -> None:
         slot.probe = None
@@ -645,9 +748,24 @@ class Supervisor:
                 self._crashed(slot, reason + (f": {line}" if line else ""), now)
         for slot in gone:
             self._forget(slot)
+            self._tell(
+                slot,
+                events.Kind.STOPPED,
+                f"stopped {slot.spec.pod}: its process had gone while no controller ran "
+                "(it was being stopped)",
+            )
         probes = [s.probe[1] for s in self._slots.values() if s.probe is not None]
         if probes:
             concurrent.futures.wait(probes, timeout=ADOPT_WAIT_S)
             for slot in self._slots.values():
                 self._collect_probe(slot, now)
+        for slot in self._slots.values():
+            if slot.adopted and slot.pid is not None:
+                self._tell(
+                    slot,
+                    events.Kind.ADOPTED,
+                    f"adopted {slot.spec.pod}: pid {slot.pid} kept running while no "
+                    f"controller ran ({slot.phase}; REST {slot.rest_port}, gRPC "
+                    f"{slot.grpc_port})",
+                )
         self._write_registry()
