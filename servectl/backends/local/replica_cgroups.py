@@ -11,6 +11,7 @@ removes the group once the process has gone. Without one, replicas run unlimited
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from servectl.backends.local import cgroups
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 GROUP_REMOVE_RETRY_S = 30.0
 """How long a group that could not be removed is retried (its last process may linger)."""
+SCOPE_REMOVE_WAIT_S = 5.0
+"""How long :func:`release_scope` waits for the groups to empty before leaving them."""
 
 
 def describe(setup: cgroups.Setup | None) -> str:
@@ -94,6 +97,19 @@ def oom_killed(
         f"OOM-killed: the server needed more than its memory limit{size}; raise "
         "memory_bytes (servectl's server with TensorFlow uses about 260 MiB)"
     )
+
+
+def release_scope(setup: cgroups.Setup, wait_s: float = SCOPE_REMOVE_WAIT_S) -> None:
+    """Remove a supervisor's cgroup scope once its replicas have gone (``servectl down``),
+    waiting up to ``wait_s`` for groups still busy: an adopted replica is not the
+    supervisor's child, and its last task stays in its group until whoever adopted the
+    orphan reaps it (measured: both groups of a ``down`` after a controller restart were
+    busy at first). What is still busy then is logged and left."""
+    deadline = time.monotonic() + wait_s
+    while (left := cgroups.remove_scope(setup)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for problem in left:
+        log.warning("cgroup left behind: %s", problem)
 
 
 class Orphans:

@@ -368,8 +368,7 @@ class Supervisor:
             time.sleep(0.02)
         self._write_registry()
         if self._setup is not None and not self._slots:
-            for problem in cgroups.remove_scope(self._setup):
-                log.warning("cgroup left behind: %s", problem)
+            replica_cgroups.release_scope(self._setup)
         self.close()
 
     def close(self) -> None:

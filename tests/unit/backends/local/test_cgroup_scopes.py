@@ -76,3 +76,21 @@ def test_shutdown_removes_the_scope_from_the_real_hierarchy(tmp_path: Path) -> N
         sup.shutdown(grace_s=0.5)
     assert not group.exists()
     assert all(not parent.exists() for parent in scoped.parents), scoped.parents
+
+
+def test_shutdown_waits_for_a_busy_group_to_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An adopted replica's last task stays in its group until its new parent reaps it: a
+    scope that is busy at first is removed once it empties, not left behind."""
+    answers = [["a group (processes still in it?)"], ["a group (processes still in it?)"], []]
+    calls: list[cgroups.Setup] = []
+
+    def remove_scope(setup: cgroups.Setup) -> list[str]:
+        calls.append(setup)
+        return answers[len(calls) - 1]
+
+    monkeypatch.setattr(cgroups, "remove_scope", remove_scope)
+    sup = Supervisor(tmp_path / "run", cgroups=_fake_v1(tmp_path / "cg"), command=COMMAND)
+    sup.shutdown(grace_s=0.5)
+    assert len(calls) == 3 and calls[0].scope == cgroups.scope_for(tmp_path / "run")
