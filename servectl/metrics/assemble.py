@@ -8,6 +8,10 @@ What it guarantees to the decision code:
 
 - No NaN or infinity reaches a decision: an empty histogram, a 0/0 error rate or a NaN
   sample becomes ``None`` (missing).
+- A revision whose model servers are scraped fine but that has no request or latency
+  series has served nothing yet (TF Serving creates those series at the first request):
+  ``rps`` 0, no latency value, no error rate, and the signals are *present*. Only a
+  failing or stale scrape (or no target at all) makes them missing.
 - Every signal carries its age (evaluation time minus its newest sample's timestamp); a
   signal older than ``staleAfterSeconds`` is dropped and named as stale.
 - A failed query, a series without a label the join needs, or a signal with no data
@@ -148,6 +152,7 @@ class RevisionMetrics:
     ages: Mapping[str, float] = field(default_factory=dict)
     missing: tuple[str, ...] = ()  # signals with no usable value (stale ones included)
     stale: tuple[str, ...] = ()
+    scrape_failing: tuple[str, ...] = ()  # missing signals whose targets' scrape fails
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,8 @@ class _Acc:
     newest: dict[str, float] = field(default_factory=dict)  # signal -> newest sample time
     gateway: dict[str, float] = field(default_factory=dict)  # code -> rate
     counted: bool = False
+    # signal -> the oldest successful scrape of the revision's model servers; 0: one fails
+    scraped: dict[str, float] = field(default_factory=dict)
 
 
 def _on_layout(le: float | None, layout: Sequence[float]) -> float | None:
@@ -419,6 +426,11 @@ def _fold(
         if value is not None:
             a.newest[signal] = max(a.newest.get(signal, -math.inf), value)
         return
+    if part == "scraped":
+        # A NaN counts as a failing scrape: only a known, successful one means "idle".
+        at = value if value is not None else 0.0
+        a.scraped[signal] = min(a.scraped.get(signal, math.inf), at)
+        return
     if signal == "cpu":
         if part == "value":
             a.cpu[pod] = value
@@ -535,11 +547,17 @@ def _revision(
     tracker: CounterTracker | None,
     bounds: tuple[float, ...],
 ) -> RevisionMetrics:
-    ages = {s: max(0.0, time - t) for s, t in a.newest.items()}
+    # A signal with no series of its own is as fresh as its targets' last scrape.
+    newest = {s: t for s, t in a.scraped.items() if t > 0} | a.newest
+    ages = {s: max(0.0, time - t) for s, t in newest.items()}
     stale = tuple(sorted(s for s, age in ages.items() if age > config.stale_after_seconds))
 
     def usable(signal: str) -> bool:
         return signal not in stale
+
+    def served_nothing(signal: str) -> bool:
+        """Every model server of the revision scraped, freshly: no series is zero requests."""
+        return a.scraped.get(signal, 0.0) > 0 and usable(signal)
 
     # CPU: per pod usage over request.
     pods: list[PodSample] = []
@@ -575,6 +593,8 @@ def _revision(
         rps = sum(a.by_status.values())
         ok = a.by_status.get("OK", 0.0)
         error_rate = (rps - ok) / rps if rps > 0 else None
+    elif served_nothing("requests"):
+        rps = 0.0  # the error rate of no requests is unknown, not missing
     if a.gateway:
         total = sum(a.gateway.values())
         rps = total
@@ -584,11 +604,14 @@ def _revision(
     latency_rates: tuple[float, ...] = ()
     latency_ms: dict[str, float] = {}
     concurrency = None
-    cumulative = _complete(a, bounds)
+    cumulative, busy = _complete(a, bounds), a.busy
+    if cumulative is None and served_nothing("latency"):
+        # An empty histogram: no latency value, as for a revision whose traffic stopped.
+        cumulative, busy = {le: 0.0 for le in [*bounds, math.inf]}, 0.0
     if usable("latency") and cumulative is not None:
         latency_rates = _per_bucket(cumulative, bounds)
         latency_ms = _latencies(latency_rates, bounds, config.percentiles)
-        concurrency = a.busy / 1e6 if a.busy is not None else None
+        concurrency = busy / 1e6 if busy is not None else None
 
     counters = None
     if tracker is not None and a.counted:
@@ -609,6 +632,7 @@ def _revision(
         "latency": bool(latency_ms) or (usable("latency") and cumulative is not None),
     }
     missing = tuple(sorted(s for s, ok in present.items() if not ok))
+    failing = tuple(s for s in missing if a.scraped.get(s) == 0.0)
     kept_ages = [age for s, age in ages.items() if s not in stale and present.get(s, False)]
     signals = Signals(
         cpu_utilization=utilization,
@@ -632,6 +656,7 @@ def _revision(
         ages=ages,
         missing=missing,
         stale=stale,
+        scrape_failing=failing,
     )
 
 
@@ -743,6 +768,8 @@ def condition(
             rev = snapshot.revision(*key)
             if signal in rev.stale:
                 stale.append(f"{key[2]} ({rev.ages[signal]:.0f} s old)")
+            elif signal in rev.scrape_failing:
+                lacking.append(f"{key[2]} (the scrape of its model server fails: up is 0)")
             elif signal in rev.missing:
                 lacking.append(key[2])
         if not keys:

@@ -95,8 +95,8 @@ SIGNAL_PARTS: dict[str, tuple[str, ...]] = {
     "cpu": ("value", "total", "sample_time"),
     "cpu_requests": ("value",),
     "gpu": ("util", "memory", "sample_time"),
-    "requests": ("rate", "total", "sample_time"),
-    "latency": ("rate", "count", "busy", "total", "sample_time"),
+    "requests": ("rate", "total", "sample_time", "scraped"),
+    "latency": ("rate", "count", "busy", "total", "sample_time", "scraped"),
 }
 SIGNALS = tuple(SIGNAL_PARTS)
 PART_KEYS = tuple(f"{signal}.{part}" for signal, parts in SIGNAL_PARTS.items() for part in parts)

@@ -38,6 +38,13 @@ _BY_REV = "by ({{namespace}}, {{service}}, {{revision}}"  # closed by the caller
 _TFS = '{{{service}}!=""{{match}}}'  # TF Serving series the scrape labelled
 _COUNT = names.TFS_REQUEST_COUNT + _TFS
 _LATENCY = names.TFS_REQUEST_LATENCY
+# The model servers' scrape targets (Prometheus' own `up`, carrying the target labels).
+_UP = 'up{{{service}}!="", {{revision}}!=""{{match}}}'
+# Per revision: the oldest successful scrape among its targets, or 0 when one of them
+# fails (up is 0, so the product is 0). TF Serving creates its request and latency series
+# at the first request: a revision scraped fine with no such series has served nothing,
+# a measurement of zero; one whose scrape fails is a gap (docs/metrics.md).
+_SCRAPED = f"min {_BY_REV}) ({_UP} * timestamp({_UP}))"
 
 DEFAULT_TEMPLATES: dict[str, str] = {
     "cpu.value": f"sum {_BY_POD} (rate({_CPU}[{{{{window}}}}])) {_JOIN}",
@@ -54,6 +61,7 @@ DEFAULT_TEMPLATES: dict[str, str] = {
     "requests.rate": f"sum {_BY_REV}, status) (rate({_COUNT}[{{{{window}}}}]))",
     "requests.total": f"sum {_BY_REV}, {{{{pod}}}}, status) ({_COUNT})",
     "requests.sample_time": f"max {_BY_REV}) (timestamp({_COUNT}))",
+    "requests.scraped": _SCRAPED,
     # Only the buckets strictly between empty and full (0 < cumulative < total): the rest
     # follow from the layout (latencyBoundsUs) and the total, so a revision whose requests
     # span three buckets returns three samples, not 34 (docs/metrics.md).
@@ -66,6 +74,7 @@ DEFAULT_TEMPLATES: dict[str, str] = {
     "latency.busy": f"sum {_BY_REV}) (rate({_LATENCY}_sum{_TFS}[{{{{window}}}}]))",
     "latency.total": f"sum {_BY_REV}, {{{{pod}}}}, le) ({_LATENCY}_bucket{_TFS})",
     "latency.sample_time": f"max {_BY_REV}) (timestamp({_LATENCY}_count{_TFS}))",
+    "latency.scraped": _SCRAPED,
 }
 assert set(DEFAULT_TEMPLATES) == set(PART_KEYS)
 

@@ -342,10 +342,16 @@ class PrometheusSource:
             )
             return [
                 (
+                    f'count(up{{{tfs.service}!="", {tfs.revision}!=""}})',
+                    f"no model server is scraped: Prometheus has no 'up' series with "
+                    f"{tfs.service} and {tfs.revision} set; add the TF Serving scrape job "
+                    "(deploy/prometheus/scrape-config.yaml), or set metrics tfServingLabels",
+                ),
+                (
                     f"count({{__name__={metric!r}}})".replace("'", '"'),
-                    f"no TF Serving series {metric}: start the model server with "
-                    "--monitoring_config_file (prometheus_config {enable: true, path: "
-                    '"/monitoring/prometheus/metrics"}) and scrape that path',
+                    f"no TF Serving series {metric}: no model server has served a request "
+                    "yet, or they run without --monitoring_config_file (prometheus_config "
+                    '{enable: true, path: "/monitoring/prometheus/metrics"})',
                 ),
                 (
                     f'count({{__name__="{metric}", {tfs.service}!=""}})',

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servectl.api import conditions
 from servectl.api.models import (
@@ -140,6 +140,14 @@ class AnalysisResult:
     samples: int  # canary requests in the window
     checks: tuple[CheckResult, ...]
     hard_failure: bool
+    # The canary requests the verdict needed (minSamples); 0 when it was not judged on
+    # samples (metrics missing). The status says "waiting for traffic: samples of needed".
+    needed: int = field(default=0, compare=False)
+
+    @property
+    def short_of_samples(self) -> bool:
+        """Inconclusive because the canary has served too few requests."""
+        return self.verdict is Verdict.INCONCLUSIVE and self.samples < self.needed
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -375,25 +383,26 @@ def judge(
     enough = canary.requests >= min_samples
     error_rate = metric_value("errorRate", canary, bounds_us) if enough else None
     hard = error_rate is not None and error_rate >= hard_failure_error_rate
+    needed = min_samples
     for verdict in _SEVERITY:
         decided = [r for r in results if r.verdict is verdict]
         if verdict is Verdict.FAILED and hard:
             note = f"hard failure: error rate {_fmt(error_rate)} >= {_fmt(hard_failure_error_rate)}"
             message = "; ".join([note, *(r.message for r in decided)])
-            return AnalysisResult(Verdict.FAILED, message, samples, results, True)
+            return AnalysisResult(Verdict.FAILED, message, samples, results, True, needed)
         if decided:
             message = "; ".join(dict.fromkeys(r.message for r in decided))
-            return AnalysisResult(verdict, message, samples, results, False)
+            return AnalysisResult(verdict, message, samples, results, False, needed)
     if not enough:
         note = _samples_note("", canary.requests, min_samples)
-        return AnalysisResult(Verdict.INCONCLUSIVE, note, samples, results, False)
+        return AnalysisResult(Verdict.INCONCLUSIVE, note, samples, results, False, needed)
     if not results:
         message = f"no checks; {samples} requests"
     else:
         message = f"all {len(results)} checks passed: " + ", ".join(
             f"{r.metric} {_fmt(r.value)}" for r in results
         )
-    return AnalysisResult(Verdict.SUCCESSFUL, message, samples, results, False)
+    return AnalysisResult(Verdict.SUCCESSFUL, message, samples, results, False, needed)
 
 
 # ----------------------------------------------------------------------------- A/B

@@ -104,14 +104,26 @@ def record_verdict(
     return replace(state, verdicts=(*kept, record))
 
 
+def waiting_for_traffic(result: analysis.AnalysisResult, weight: int | None) -> str | None:
+    """What an analysis short of samples waits for, in numbers ("waiting for traffic: 12
+    of 100 samples at 20 %"); None when the verdict is not for want of samples."""
+    if not result.short_of_samples:
+        return None
+    at = "" if weight is None else f" at {weight} %"
+    return f"waiting for traffic: {result.samples} of {result.needed} samples{at}"
+
+
 def apply_verdict(
     state: RolloutState,
     spec: models.RolloutSpec,
     step: models.RolloutStep | None,
     result: analysis.AnalysisResult,
     now: float,
+    *,
+    weight: int | None = None,
 ) -> tuple[RolloutState, bool]:
-    """Apply a verdict; returns (state, passed)."""
+    """Apply a verdict; returns (state, passed). ``weight``: the canary's applied weight,
+    for the status of an analysis that waits for traffic."""
     state = record_verdict(state, result, now)
     verdict = result.verdict
     if verdict is models.Verdict.SUCCESSFUL:
@@ -128,6 +140,7 @@ def apply_verdict(
         )
     _, _, _, max_ext = analysis_spec(spec, step)
     extensions = state.extensions + 1
+    waiting = waiting_for_traffic(result, weight)
     if max_ext is not None and extensions > max_ext:
         return (
             replace(
@@ -135,20 +148,18 @@ def apply_verdict(
                 phase=Phase.PAUSED,
                 extensions=extensions,
                 message=(
-                    f"analysis {verdict} after {max_ext} extensions: {result.message}; generate "
-                    "load (`servectl loadtest`) and resume, or promote/abort"
+                    f"analysis {verdict} after {max_ext} extensions: {waiting or result.message}"
+                    "; generate load (`servectl loadtest`) and resume, or promote/abort"
                 ),
             ),
             False,
         )
-    return (
-        replace(
-            state,
-            extensions=extensions,
-            message=f"analysis {verdict}, step extended ({extensions}): {result.message}",
-        ),
-        False,
-    )
+    if waiting is not None:
+        # Rule 7: never a pass on too few samples; the status says how far it is.
+        message = f"{waiting} (analysis {verdict}, step extended {extensions}x)"
+    else:
+        message = f"analysis {verdict}, step extended ({extensions}): {result.message}"
+    return replace(state, extensions=extensions, message=message), False
 
 
 def hold_step(
@@ -175,8 +186,10 @@ def hold_step(
         return next_step(state, now, "analysis skipped"), True
     state, result = run_analysis(state, spec, step, view)
     if result is None:
-        if not state.message.startswith("analysis"):
+        # Between two evaluations the last verdict's message stands.
+        if not state.message.startswith(("analysis", "waiting for traffic")):
             state = replace(state, message=f"{label}: analysing")
         return state, False
-    state, passed = apply_verdict(state, spec, step, result, now)
+    weight = None if state.canary is None else int(view.weights.get(state.canary, 0))
+    state, passed = apply_verdict(state, spec, step, result, now, weight=weight)
     return (next_step(state, now, state.message), True) if passed else (state, False)

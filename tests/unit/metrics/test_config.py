@@ -44,7 +44,7 @@ def test_defaults() -> None:
 
 def test_signals_and_part_keys() -> None:
     assert SIGNALS == ("cpu", "cpu_requests", "gpu", "requests", "latency")
-    assert len(PART_KEYS) == sum(len(p) for p in SIGNAL_PARTS.values()) == 15
+    assert len(PART_KEYS) == sum(len(p) for p in SIGNAL_PARTS.values()) == 17
     assert "latency.count" in PART_KEYS
     assert "latency.busy" in PART_KEYS
     assert "cpu_requests.total" not in PART_KEYS

@@ -90,8 +90,8 @@ def test_parts_of_each_signal() -> None:
         "cpu": ("value", "sample_time"),
         "cpu_requests": ("value",),
         "gpu": ("util", "memory", "sample_time"),
-        "requests": ("rate", "sample_time"),
-        "latency": ("rate", "count", "busy", "sample_time"),
+        "requests": ("rate", "sample_time", "scraped"),
+        "latency": ("rate", "count", "busy", "sample_time", "scraped"),
     }
     with_analysis = {
         q.signal: q.parts for q in build_queries(MetricsConfig(), analysis_services=["a"])
