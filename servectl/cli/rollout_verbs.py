@@ -183,7 +183,33 @@ def rollout_start(
         kubeconfig,
         wait=not no_wait,
         timeout=timeout,
+        written=lambda: _print_plan(name, namespace, state, version, context, kubeconfig),
     )
+
+
+def _print_plan(
+    name: str,
+    namespace: str | None,
+    state: Path | None,
+    version: int,
+    context: str | None,
+    kubeconfig: Path | None,
+) -> None:
+    """The steps the rollout will follow, one a line with the analysis each runs, from the
+    service's spec (servectl.rollout.plan renders them)."""
+    from pydantic import ValidationError
+
+    from servectl.api import models
+    from servectl.rollout import plan
+
+    with target.session(state, context, kubeconfig) as client:
+        document = client.list_services(namespace or client.namespace, name)[0].spec
+    try:
+        rollout = models.RolloutSpec.model_validate(document.get("spec", {}).get("rollout") or {})
+    except ValidationError:
+        return  # a spec the controller cannot read: its status and events say why
+    for line in plan.describe(rollout, version):
+        out.print(line, highlight=False, markup=False)
 
 
 def rollout_promote(

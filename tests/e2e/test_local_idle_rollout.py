@@ -78,7 +78,10 @@ def _weights(rt: LocalRuntime, name: str) -> dict[str, int]:
 
 
 def test_an_idle_service_rolls_out_its_weight_steps_with_no_request(idle: LocalRuntime) -> None:
-    idle.cli("rollout", "start", "steps", "--version", "2")
+    started = idle.cli("rollout", "start", "steps", "--version", "2")
+    # The plan it follows (item 2), one line per step.
+    assert "plan: canary to v2" in started.stdout
+    assert "  0. setWeight 50 %" in started.stdout.splitlines()
     seen: list[tuple[str, int]] = []
 
     def completed() -> bool:

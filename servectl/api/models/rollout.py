@@ -1,13 +1,17 @@
 """spec.rollout: strategy (canary, abTest, blueGreen), steps, A/B match, surge budget.
 
 The rules here teach the strategies' shapes (docs/resource-model.md, "Rollouts");
-servectl.rollout runs them.
+servectl.rollout runs them. A canary given no steps gets :data:`DEFAULT_CANARY_WEIGHTS`
+with an analysis after each partial weight, written into the spec when it is read, so
+every reader (the rollout machine, ``rollout start``'s plan, the simulator's peers) sees
+the same steps.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Self
+from collections.abc import Mapping
+from typing import Any, Self
 
 from pydantic import Field, model_validator
 
@@ -272,6 +276,38 @@ class SurgeBudget(SpecModel):
         return self
 
 
+#: A canary with no steps moves traffic 20 % -> 50 % -> 100 %, analysing after 20 and 50.
+DEFAULT_CANARY_WEIGHTS = (20, 50, 100)
+#: The checks of those analyses when rollout.analysis has none: at most 1 % of the
+#: canary's requests may fail (Flagger's default success rate is 99 % too).
+DEFAULT_CANARY_CHECKS: tuple[dict[str, Any], ...] = ({"metric": "errorRate", "max": 0.01},)
+DEFAULT_STEPS_TEXT = (
+    "setWeight 20, analysis, setWeight 50, analysis, setWeight 100; each analysis uses "
+    "rollout.analysis (interval 30s, minSamples 100 by default) and, when that has no "
+    "checks, errorRate max 0.01"
+)
+
+
+def default_canary_steps(shared_checks: bool) -> list[dict[str, Any]]:
+    """The steps of a canary whose spec gives none (as a document, camelCase).
+
+    ``shared_checks``: rollout.analysis has checks, which the analyses then use; else each
+    analysis step carries :data:`DEFAULT_CANARY_CHECKS`."""
+    analysis: dict[str, Any] = {} if shared_checks else {"checks": list(DEFAULT_CANARY_CHECKS)}
+    steps: list[dict[str, Any]] = []
+    for weight in DEFAULT_CANARY_WEIGHTS:
+        steps.append({"setWeight": weight})
+        if weight < 100:
+            steps.append({"analysis": dict(analysis)})
+    return steps
+
+
+def _has_checks(analysis: Any) -> bool:
+    if isinstance(analysis, AnalysisSpec):
+        return bool(analysis.checks)
+    return isinstance(analysis, Mapping) and bool(analysis.get("checks"))
+
+
 class RolloutSpec(SpecModel):
     """How a new model version replaces the serving one."""
 
@@ -317,7 +353,9 @@ class RolloutSpec(SpecModel):
         default_factory=list,
         max_length=100,
         description="Executed in order. canary: any step kinds, setWeight only going up; "
-        "blueGreen: pause and analysis only (against the preview); abTest: none.",
+        "omitted or empty: " + DEFAULT_STEPS_TEXT + " (write [{setWeight: 100}] for an "
+        "instant switch). blueGreen: pause and analysis only (against the preview); "
+        "abTest: none.",
     )
     analysis: AnalysisSpec | None = Field(default=None, description="Defaults for analysis steps.")
     ab_test: AbTestSpec | None = Field(default=None, description="Required for strategy abTest.")
@@ -344,6 +382,19 @@ class RolloutSpec(SpecModel):
         description="A canary with at least this error rate is failing hard: abort moves its "
         "traffic at once instead of first restoring stable capacity.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_canary_steps(cls, data: Any) -> Any:
+        """A canary with no steps gets the default ones, so it never switches in one go.
+
+        Done on the document, before validation: the stored spec (and ``get -o yaml``)
+        then shows the steps the rollout follows; blueGreen and abTest are untouched."""
+        if not isinstance(data, Mapping) or data.get("steps"):
+            return data
+        if (data.get("strategy") or RolloutStrategy.CANARY) != RolloutStrategy.CANARY:
+            return data
+        return {**data, "steps": default_canary_steps(_has_checks(data.get("analysis")))}
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
