@@ -35,23 +35,17 @@ class RevisionState:
     # (a replica loading its model burns CPU that no request asked for; the HPA ignores
     # unready pods' CPU too). None: count every replica Prometheus has.
     ready_pods: frozenset[str] | None = None
+    # Its replicas that have taken no request yet (loading their model), when the backend
+    # knows: their CPU in the rate window is no load (:func:`steady`).
+    loading_pods: frozenset[str] | None = None
 
 
 def ready_cpu(
-    signals: Signals, pods: Sequence[PodSample], ready: frozenset[str], serving: int = 0
+    signals: Signals, pods: Sequence[PodSample], ready: frozenset[str]
 ) -> tuple[Signals, tuple[PodSample, ...]]:
     """``signals`` with CPU usage and utilization over the ``ready`` pods only, and the
     pods marked ready or not. No ready pod with a CPU sample: CPU is missing (unknown,
-    not the load of replicas that are still loading).
-
-    ``serving``: how many replicas take requests now (``ready`` may name fewer: a replica
-    that has just become ready serves its share at once, its CPU counts only once the rate
-    window holds no loading). Usage is then the counted pods' mean times ``serving``:
-    usage stays over the same replicas as the request rate, so CPU per request (the
-    planner's cost, the engine's service time) does not fall while a new replica settles.
-    Summed over the counted pods alone it read a revision with 1 settled replica of 2 at
-    half its cost, and the other revision's at double: the planner moved a replica from
-    one to the other and weight back, 8 s later the other way (issue 25, item 5)."""
+    not the load of replicas that are still loading)."""
     marked = tuple(replace(p, ready=p.name in ready) for p in pods)
     counted = [p for p in marked if p.ready and p.cpu_usage_cores is not None]
     if not counted:
@@ -59,9 +53,27 @@ def ready_cpu(
     usage = sum(p.cpu_usage_cores or 0.0 for p in counted)
     request = sum(p.cpu_request_cores for p in counted)
     utilization = 100.0 * usage / request if request > 0 else signals.cpu_utilization
-    if serving > len(counted):
-        usage *= serving / len(counted)
     return replace(signals, cpu_usage_cores=usage, cpu_utilization=utilization), marked
+
+
+def steady(revision: RevisionState, pods: Sequence[PodSample]) -> bool:
+    """Whether the revision's CPU usage is over the same replicas as its request rate:
+    every replica that served in the rate window is counted (ready long enough for its
+    window to hold no loading), and every ready one has a sample.
+
+    Only then is CPU per request (the planner's cost of the revision) measured: a replica
+    that has just become ready serves its share at once but counts only once settled; one
+    draining, or stopped within the window, served requests whose CPU is not counted. The
+    request rate is per revision, so either way CPU per request read low for that revision
+    (and high for the others, relative to the stable): for two identical versions under
+    load c(v2) went 0.77 .. 1.59 (issue 25, item 5), and the planner moved a replica from
+    one revision to the other and weight back, and 8 s later the other way. Replicas still
+    loading served nothing (``loading_pods``); without that list every window counts."""
+    if revision.ready_pods is None or revision.loading_pods is None:
+        return True
+    sampled = {p.name for p in pods if p.cpu_usage_cores is not None}
+    counted = sampled & revision.ready_pods
+    return sampled - revision.loading_pods <= counted and len(counted) >= revision.ready
 
 
 def observe(
@@ -98,7 +110,10 @@ def observe(
         own = metrics.revision(namespace, service, r.name)
         signals, pods = own.signals, own.pods
         if r.ready_pods is not None:
-            signals, pods = ready_cpu(signals, pods, r.ready_pods, r.ready)
+            steady_cpu = steady(r, pods)
+            signals, pods = ready_cpu(signals, pods, r.ready_pods)
+            if not steady_cpu:  # CPU per request unmeasured this tick (steady())
+                signals = replace(signals, cpu_usage_cores=None)
         observed_revisions.append(
             ObservedRevision(
                 name=r.name,
@@ -126,7 +141,7 @@ def observe(
     )
     if ready_names is not None:
         signals, pods = ready_cpu(
-            service_snapshot.signals, service_snapshot.pods, frozenset(ready_names), ready
+            service_snapshot.signals, service_snapshot.pods, frozenset(ready_names)
         )
         service_snapshot = replace(service_snapshot, signals=signals, pods=pods)
     return Observed(

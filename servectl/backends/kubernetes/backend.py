@@ -218,6 +218,10 @@ class KubeBackend:
                     weight=weight,
                     available=bool(ready),
                     ready_pods=settled,
+                    # Not ready, not leaving: loading (one that was ready and failed its
+                    # probe since may have served in the window; rare, and only a tick's
+                    # cost estimate).
+                    loading_pods=frozenset(str(p["metadata"]["name"]) for p in starting),
                 )
             )
         return states

@@ -297,6 +297,9 @@ class LocalBackend:
                         for r in ready
                         if r.ready_at is not None and wall - r.ready_at >= CPU_SETTLE_S
                     ),
+                    loading_pods=frozenset(
+                        r.spec.pod for r in pods if r.phase is sup.Phase.STARTING
+                    ),
                 )
             )
         return states
