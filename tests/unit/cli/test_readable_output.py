@@ -9,6 +9,7 @@ tests/unit/backends/kubernetes/test_client.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
@@ -219,18 +220,22 @@ def test_table_lines_align_numbers_right_and_text_left() -> None:
 
 # ----------------------------------------------------------------------------- times
 
+# A local time, with the date in front when it falls on another day than now (a run
+# just before midnight shows the panic's end as tomorrow's).
+CLOCK = r"(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"
+
 
 def test_explain_and_describe_show_times_as_local_times_and_how_far(filled: Filled) -> None:
     explained = servectl("explain", "cost", "--state-dir", filled.state)
     assert explained.exit_code == 0, explained.output
     text = explained.stdout
     panic = fmt.moment(filled.now + 42, filled.now)
-    assert re.search(r"in panic until \d\d:\d\d:\d\d \(in 4[12] s\): no scale-down", text), text
-    assert re.search(r"keeps 1 replicas until \d\d:\d\d:\d\d \(in 5 min\)", text), text
+    assert re.search(rf"in panic until {CLOCK} \(in 4[12] s\): no scale-down", text), text
+    assert re.search(rf"keeps 1 replicas until {CLOCK} \(in 5 min\)", text), text
     assert panic.split()[0] in text
     assert "t=" not in text and not re.search(r"\d{9,}", text)
     described = servectl("describe", "cost", "--state-dir", filled.state).stdout
-    assert re.search(r"in panic until \d\d:\d\d:\d\d \(in 4[12] s\)", described), described
+    assert re.search(rf"in panic until {CLOCK} \(in 4[12] s\)", described), described
     # -o json keeps the text as the controller wrote it: an RFC 3339 time, for tools
     record = json.loads(
         servectl("explain", "cost", "--state-dir", filled.state, "-o", "json").stdout
@@ -252,6 +257,10 @@ def test_relative_and_readable_times() -> None:
         "2 h ago",
         "in 2 d",
     ]
+    # a moment on another day than now carries its date, whatever the machine's zone
+    before_midnight = dt.datetime(2026, 11, 27, 23, 59, 40).timestamp()
+    assert fmt.moment(before_midnight + 42, before_midnight) == "2026-11-28 00:00:22 (in 42 s)"
+    assert fmt.moment(before_midnight + 10, before_midnight) == "23:59:50 (in 10 s)"
     later = fmt.readable_times("until 2026-11-27T13:24:19Z, then 2026-11-27T13:24:19.5Z", 0.0)
     assert "Z" not in later and later.count("(in 20785 d)") == 2
 
