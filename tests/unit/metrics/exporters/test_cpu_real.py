@@ -1,7 +1,10 @@
 """The CPU exporter against real processes and real cgroups, scraped over HTTP.
 
-A busy-loop child burns one core; two scrapes about a second apart must show its counter
-growing by 0.5-1.2 CPU-seconds per second (wide: the machine may be shared and small).
+A busy-loop child burns what CPU it gets; two scrapes about a second apart must show its
+counter growing by what the kernel charged the process over the same second (its
+utime + stime in /proc/<pid>/stat, read independently of the exporter), within 0.1 s. Not a
+fixed share of wall time: on a shared 2-core machine (CI builds Go beside the tests) the
+child got 0.41 of a core.
 The cgroup tests create a child group in this machine's hierarchy and skip when that is
 not writable (not root, read-only /sys/fs/cgroup, no such hierarchy).
 """
@@ -54,15 +57,23 @@ def cpu_of(url: str, r: Replica) -> float | None:
     return samples_named(series, names.CADVISOR_CPU).get(key)
 
 
+def charged(pid: int) -> float:
+    """The CPU seconds the kernel charged ``pid`` so far (utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def assert_burns_one_core(url: str, r: Replica) -> None:
-    """Two scrapes ~1 s apart: the counter grows by 0.5-1.2 s per second of wall time."""
+    """Two scrapes ~1 s apart: the counter grows by what the kernel charged the process
+    meanwhile (within 0.1 s), and by something (the loop ran)."""
     time.sleep(0.2)  # let the interpreter start and the loop spin up
-    before, t0 = cpu_of(url, r), time.perf_counter()
+    kernel0, before = charged(r.pid), cpu_of(url, r)
     time.sleep(1.0)
-    after, t1 = cpu_of(url, r), time.perf_counter()
+    after, kernel1 = cpu_of(url, r), charged(r.pid)
     assert before is not None and after is not None
-    rate = (after - before) / (t1 - t0)
-    assert 0.5 <= rate <= 1.2, f"{after - before:.3f} CPU-s over {t1 - t0:.3f} s"
+    counted, spent = after - before, kernel1 - kernel0
+    assert counted >= 0.1, f"{counted:.3f} CPU-s counted over a second of a busy loop"
+    assert abs(counted - spent) <= 0.1, f"counted {counted:.3f} CPU-s, the kernel {spent:.3f}"
 
 
 def test_proc_fallback_counts_a_busy_process(
