@@ -41,7 +41,10 @@ CRDs take 3-4.5 s more. `stop` takes ~1 s. A pod is Running ~0.1-0.7 s after it 
 
 Inside: ``_control_plane`` (the processes, the binaries, :class:`ControlPlane`), ``_kwok``
 (the stages and annotations) and ``_pki`` (certificates and the kubeconfig); this package
-names what is public.
+names what is public. Beside it: ``node`` (a real node: containerd, a kubelet and
+kube-proxy running real pods, joined to a `ControlPlane` with no kwok, on a bridge of this
+machine; ``_host`` records and puts back what it changes on the host) and ``images``
+(docker-archive images built offline, imported into the node's containerd).
 """
 
 from servectl.testing.k8s._control_plane import (

@@ -273,10 +273,16 @@ class ControlPlane:
         nodes: int = DEFAULT_NODES,
         crds: Sequence[Path] = (),
         timeout_s: float = 90.0,
+        address: str = "127.0.0.1",
     ) -> ControlPlane:
         """Start etcd, the apiserver, then the controller manager, the scheduler and kwok
         (together), create ``nodes`` fake nodes, apply ``crds``; wait for each to be ready.
         ``root`` (created if needed) must not hold an earlier plane's data.
+
+        With ``nodes=0`` there is no kwok: a real node joins (servectl.testing.k8s.node).
+        The apiserver listens on ``address``: a real node's pods reach it there (its
+        ``kubernetes`` Service's endpoint), so it must be an address of this machine they
+        can route to, such as their bridge's; etcd and the rest stay on 127.0.0.1.
 
         Raises `ControlPlaneError` (naming the component, with its log's tail) when one
         exits early or is not ready within ``timeout_s`` in all; whatever was started is
@@ -288,7 +294,7 @@ class ControlPlane:
             raise ControlPlaneError(f"{root} already holds a control plane's data: use a new root")
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
-                plane = cls._start_once(root, bin_dir, nodes, crds, begin + timeout_s)
+                plane = cls._start_once(root, bin_dir, nodes, crds, begin + timeout_s, address)
             except ControlPlaneError as error:
                 # A port free when picked and taken by another process before ours bound it.
                 if "address already in use" not in str(error) or attempt == _START_ATTEMPTS:
@@ -301,31 +307,40 @@ class ControlPlane:
 
     @classmethod
     def _start_once(
-        cls, root: Path, bin_dir: Path, nodes: int, crds: Sequence[Path], deadline: float
+        cls,
+        root: Path,
+        bin_dir: Path,
+        nodes: int,
+        crds: Sequence[Path],
+        deadline: float,
+        address: str,
     ) -> ControlPlane:
         root.mkdir(parents=True, exist_ok=True)
         etcd = etcd_binary()
         if etcd is None:
             raise ControlPlaneError(f"etcd not found; {ETCD_HINT}")
-        missing = [name for name in _BINARIES if not os.access(bin_dir / name, os.X_OK)]
+        needed = [name for name in _BINARIES if nodes or name != "kwok"]
+        missing = [name for name in needed if not os.access(bin_dir / name, os.X_OK)]
         if missing:
             raise ControlPlaneError(f"{', '.join(missing)} missing in {bin_dir}; {BUILD_HINT}")
-        pki = _pki.write_pki(root / "pki")
+        extra = () if address == "127.0.0.1" else (address,)
+        pki = _pki.write_pki(root / "pki", extra_ips=extra)
         port = {name: _free_port() for name in ("etcd", "peer", "api", "kcm", "sched", "kwok")}
-        server = f"https://127.0.0.1:{port['api']}"
+        server = f"https://{address}:{port['api']}"
         kubeconfig = root / "kubeconfig"
         _pki.write_kubeconfig(kubeconfig, server, pki)
         context = ssl.create_default_context(cafile=str(pki.ca_cert))
         context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
         plane = cls(root, kubeconfig, server, {}, pki, context, _nodes=nodes)
-        plane._define(etcd, bin_dir, port)
+        plane._define(etcd, bin_dir, port, address)
         with _LIVE_LOCK:
             _LIVE.append(plane)
         try:
             plane._start_group(["etcd"], deadline)
             plane._start_group(["kube-apiserver"], deadline)
             plane._create_nodes(nodes)
-            plane._start_group(["kube-controller-manager", "kube-scheduler", "kwok"], deadline)
+            rest = ["kube-controller-manager", "kube-scheduler"] + (["kwok"] if nodes else [])
+            plane._start_group(rest, deadline)
             if crds:
                 crds_start = time.monotonic()
                 plane.apply_crds(crds, timeout_s=max(1.0, deadline - time.monotonic()))
@@ -380,6 +395,17 @@ class ControlPlane:
         self.stop()
 
     # --- clients ---
+
+    def write_kubeconfig(self, path: Path, user: str, group: str) -> None:
+        """A kubeconfig for this apiserver as ``user`` in ``group``, with a client
+        certificate from the plane's CA (a kubelet: ``system:node:<name>``, ``system:nodes``)."""
+        client = _pki.issue_client(self._pki, path.parent / "pki", user, group)
+        _pki.write_kubeconfig(path, self.server, self._pki, client)
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA that signed the apiserver's certificate and every client's."""
+        return self._pki.ca_cert
 
     def api_client(self) -> kubernetes.client.ApiClient:
         """A fresh client from `kubeconfig` (context ``servectl-test``)."""
@@ -452,7 +478,7 @@ class ControlPlane:
         except KeyError:
             raise ValueError(f"no component {name!r}; one of {', '.join(COMPONENTS)}") from None
 
-    def _define(self, etcd: str, bin_dir: Path, port: dict[str, int]) -> None:
+    def _define(self, etcd: str, bin_dir: Path, port: dict[str, int], address: str) -> None:
         pki, root, kubeconfig = self._pki, self.root, str(self.kubeconfig)
         client = f"http://127.0.0.1:{port['etcd']}"
         peer = f"http://127.0.0.1:{port['peer']}"
@@ -488,8 +514,8 @@ class ControlPlane:
                 [
                     str(bin_dir / "kube-apiserver"),
                     f"--etcd-servers={client}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={address}",
+                    f"--advertise-address={address}",
                     f"--secure-port={port['api']}",
                     f"--tls-cert-file={pki.serving_cert}",
                     f"--tls-private-key-file={pki.serving_key}",
@@ -498,7 +524,16 @@ class ControlPlane:
                     f"--service-account-signing-key-file={pki.sa_key}",
                     "--service-account-issuer=https://kubernetes.default.svc",
                     f"--service-cluster-ip-range={_SERVICE_CIDR}",
-                    "--authorization-mode=RBAC",
+                    # Node: a real node's kubelet (system:node:<name>) reads and writes what
+                    # its pods need and no more, as on any cluster; NodeRestriction too.
+                    "--authorization-mode=Node,RBAC",
+                    "--enable-admission-plugins=NodeRestriction",
+                    # For logs and exec through the apiserver on a real node.
+                    f"--kubelet-client-certificate={pki.admin_cert}",
+                    f"--kubelet-client-key={pki.admin_key}",
+                    # By its address, not its name: a name is looked up in the machine's DNS,
+                    # which is not on the network the tests may use.
+                    "--kubelet-preferred-address-types=InternalIP",
                     # With WatchList on (1.34's default), a watch from resourceVersion ""
                     # or "0" with bookmarks is served as a watch-list stream, which needs
                     # etcd's RequestWatchProgress (not in Debian's 3.4.23): every such
@@ -525,6 +560,8 @@ class ControlPlane:
                     f"--secure-port={port['kcm']}",
                     *serving,
                     f"--service-account-private-key-file={pki.sa_key}",
+                    # Not /usr/libexec/kubernetes, which it would create on the host.
+                    f"--flex-volume-plugin-dir={root / 'flexvolume'}",
                     f"--root-ca-file={pki.ca_cert}",
                     f"--cluster-signing-cert-file={pki.ca_cert}",
                     f"--cluster-signing-key-file={pki.ca_key}",
@@ -576,6 +613,8 @@ class ControlPlane:
             ),
         ]
         for name, argv, ready, env in specs:
+            if name == "kwok" and not self._nodes:
+                continue
             self._components[name] = _Component(name, argv, root / f"{name}.log", ready, env)
 
     def _start_group(self, names: list[str], deadline: float) -> None:

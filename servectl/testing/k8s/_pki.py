@@ -54,9 +54,10 @@ class Pki:
     sa_pub: Path
 
 
-def write_pki(directory: Path) -> Pki:
-    """A CA, the apiserver's serving cert, an admin client cert (system:masters) and the
-    service-account RSA key pair, all PEM files in ``directory``."""
+def write_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """A CA, the apiserver's serving cert (for 127.0.0.1, 10.0.0.1 and ``extra_ips``), an
+    admin client cert (system:masters) and the service-account RSA key pair, all PEM files
+    in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=30)
@@ -111,7 +112,9 @@ def write_pki(directory: Path) -> Pki:
     dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
     dns.append("kubernetes.default.svc.cluster.local")
     sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1")]
+    sans += [
+        x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1", *extra_ips)
+    ]
     serving, serving_key = leaf(
         _name("kube-apiserver"), x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, sans
     )
@@ -150,8 +153,45 @@ def write_pki(directory: Path) -> Pki:
     return pki
 
 
-def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
-    """A kubeconfig for ``server`` with the admin client certificate (mode 600)."""
+def issue_client(pki: Pki, directory: Path, user: str, group: str) -> tuple[Path, Path]:
+    """A client certificate for ``user`` in ``group`` signed by the CA (a kubelet's:
+    ``system:node:<name>`` in ``system:nodes``), written as ``directory/<user>.crt`` and
+    ``.key``; returns their paths."""
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key}: not the EC key write_pki writes")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(user, group))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = user.replace(":", "-")
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(_pem_cert(cert))
+    key_path.write_bytes(_pem_key(key))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def write_kubeconfig(
+    path: Path, server: str, pki: Pki, client: tuple[Path, Path] | None = None
+) -> None:
+    """A kubeconfig for ``server`` with the admin client certificate, or ``client``'s
+    (certificate, key) (mode 600)."""
+    cert, key = client or (pki.admin_cert, pki.admin_key)
 
     def b64(file: Path) -> str:
         return base64.b64encode(file.read_bytes()).decode()
@@ -169,8 +209,8 @@ def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
             {
                 "name": CONTEXT,
                 "user": {
-                    "client-certificate-data": b64(pki.admin_cert),
-                    "client-key-data": b64(pki.admin_key),
+                    "client-certificate-data": b64(cert),
+                    "client-key-data": b64(key),
                 },
             }
         ],
