@@ -38,6 +38,8 @@ ETCD_HINT = "install etcd with the Debian package: apt-get install etcd-server"
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 _BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# A real node's (servectl.testing.k8s.node); a cache without them is built again.
+_NODE_BINARIES = ("kubelet", "kube-proxy")
 _GATEWAY_DIR = "gateway-api"
 _REPO = Path(__file__).resolve().parents[3]
 _POLL_S = 0.05
@@ -82,7 +84,8 @@ def wait_for(
 
 
 def _complete(directory: Path) -> bool:
-    return all(os.access(directory / name, os.X_OK) for name in _BINARIES) and any(
+    built = (*_BINARIES, *_NODE_BINARIES)
+    return all(os.access(directory / name, os.X_OK) for name in built) and any(
         (directory / _GATEWAY_DIR).glob("*.yaml")
     )
 
