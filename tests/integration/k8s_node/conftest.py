@@ -1,0 +1,73 @@
+"""Fixtures for the tests on a real node (every test here is marked ``node``): a control
+plane and a kubelet that runs pods through containerd on a bridge of this machine
+(servectl.testing.k8s.node).
+
+- ``node`` (module): a started `Node`, stopped (and the host put back) at the module's end;
+  ~5-7 s to start on 2 cores, so each module gets its own.
+- ``core``: a ``CoreV1Api`` on it.
+
+A machine that cannot run a node (not root, no containerd, runc or CNI plugins, no kubelet
+built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries
+from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
+
+REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.node)
+
+
+def require(ok: bool, message: str) -> None:
+    """Skip with ``message`` unless CI asks for the node tests to run (then fail)."""
+    if ok:
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def node_bin_dir() -> Path:
+    bin_dir = find_binaries()
+    require(bin_dir is not None, f"no Kubernetes binaries; {BUILD_HINT}")
+    assert bin_dir is not None
+    require(etcd_binary() is not None, "no etcd: apt-get install etcd-server")
+    try:
+        preflight(bin_dir)
+    except NodeUnavailable as why:
+        require(False, str(why))
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    started = Node.start(tmp_path_factory.mktemp("node"), bin_dir=node_bin_dir)
+    try:
+        yield started
+    finally:
+        left = started.stop()
+        assert not left, f"the node did not put the host back: {left}"
+
+
+@pytest.fixture
+def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
+    client = node.cluster.api_client()
+    try:
+        yield kubernetes.client.CoreV1Api(client)
+    finally:
+        client.close()
