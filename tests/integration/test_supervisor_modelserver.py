@@ -37,7 +37,10 @@ NAMESPACE = f"it-{os.getpid()}"  # cgroup names are machine-wide
 GOOD = ("cost-v1-0", "cost-v1-1")
 BAD = "cost-v9-0"
 SMALL = "cost-small-0"  # a memory limit the server cannot start in
-READY_WITHIN_S = 20.0
+# TensorFlow's import is ~6 CPU-s: at half a core ~12 s alone; 20 s timed out once in CI
+# with Go builds beside it (three servers loading at once). A deadline, not a goal: the
+# time is printed, and the local runtime's figures are in docs/benchmarks.md.
+READY_WITHIN_S = 60.0
 EXPORT = ("--models", "cost_model")
 
 
