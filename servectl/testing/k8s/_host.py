@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from servectl import processes
+
 # The kubelet sets the first three at start (it expects a node it owns); a pod talking to a
 # Service on this machine needs forwarding and bridged traffic through iptables.
 SYSCTLS = (
@@ -63,6 +65,9 @@ class HostRecord:
     paths: list[str] = field(default_factory=list)  # directories the node owns (removed)
     marker: str = ""  # a string in the command line of every process the node leaves
     fixed: dict[str, list[str] | None] = field(default_factory=dict)  # FIXED_PATHS' entries
+    # Processes started for the node that name no marker (its control plane): pid and
+    # start time in clock ticks, so a pid reused since is left alone.
+    pids: list[list[int]] = field(default_factory=list)
 
 
 def run(argv: list[str], *, input_text: str | None = None, check: bool = True) -> str:
@@ -117,6 +122,19 @@ def record(path: Path, *, bridge: str, cgroup: str, paths: list[Path], marker: s
     return state
 
 
+def add_pids(path: Path, pids: list[int]) -> None:
+    """Add ``pids`` to the record at ``path``, for `restore` to end if they outlive the
+    process that started them."""
+    state = load(path)
+    if state is None:
+        return
+    for pid in pids:
+        ticks = processes.start_ticks(pid)
+        if ticks is not None:
+            state.pids.append([pid, ticks])
+    path.write_text(json.dumps(asdict(state), indent=1))
+
+
 def load(path: Path) -> HostRecord | None:
     try:
         return HostRecord(**json.loads(path.read_text()))
@@ -131,7 +149,11 @@ def restore(path: Path) -> list[str]:
     if state is None:
         return []
     problems: list[str] = []
-    kill_marked(state.marker, state.cgroup)
+    kill_marked(
+        state.marker,
+        state.cgroup,
+        [pid for pid, ticks in state.pids if processes.alive(pid, ticks)],
+    )
     for mount in mounts_under([*state.paths, *_new_netns(state)]):
         try:
             run(["umount", "-l", mount])
@@ -252,10 +274,14 @@ def make_cgroup(cgroup: str) -> None:
                     (group / name).write_text((hierarchy / name).read_text())
 
 
-def kill_marked(marker: str, cgroup: str) -> None:
-    """SIGKILL every process in the node's cgroups (its pods' containers) and every
-    process whose command line holds ``marker`` (containerd, its shims, the kubelet)."""
-    pids: set[int] = set()
+def kill_marked(marker: str, cgroup: str, listed: list[int]) -> None:
+    """SIGKILL every process in the node's cgroups (its pods' containers), every process
+    whose command line holds ``marker`` (containerd, its shims, the kubelet) and the
+    ``listed`` ones, each with its process group (the control plane's components)."""
+    pids: set[int] = set(listed)
+    for pid in listed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     for top in cgroup_dirs(cgroup):
         for procs in top.rglob("cgroup.procs"):
             with contextlib.suppress(OSError, ValueError):

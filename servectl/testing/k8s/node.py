@@ -192,6 +192,7 @@ class Node:
             timeout_s=max(10.0, deadline - time.monotonic()),
             address=NODE_IP,
         )
+        _host.add_pids(_RECORD, list(self.plane.pids().values()))
         self.timings["control plane"] = time.monotonic() - began
         began = time.monotonic()
         config = self._containerd_config()

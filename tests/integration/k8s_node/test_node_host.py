@@ -109,6 +109,25 @@ def test_a_node_started_after_a_crash_puts_back_what_the_crashed_one_left(
         assert node.stop() == []
     after = host_state()
     assert after == before, json.dumps({"before": before, "after": after}, indent=1)
+    # The crashed node's control plane (etcd, apiserver, ...: in their own sessions, so the
+    # SIGKILL of their parent's group left them running) is gone too.
+    assert not running_under(tmp_path / "crashed"), running_under(tmp_path / "crashed")
+
+
+def running_under(root: Path) -> list[str]:
+    """Live processes whose command line names ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            named = str(root) in (entry / "cmdline").read_bytes().decode(errors="replace")
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1][:3] == " Z "
+        except OSError:
+            continue
+        if named and not zombie:
+            found.append(entry.name)
+    return found
 
 
 def test_pods_keep_serving_while_the_kubelet_restarts(node_bin_dir: Path, tmp_path: Path) -> None:
