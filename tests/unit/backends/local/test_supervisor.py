@@ -342,8 +342,12 @@ def test_poll_stays_fast_while_20_replicas_crash_loop(tmp_path: Path, run_dir: P
     assert all(r.restarts >= 2 for r in replicas), replicas
     # The supervisor's own work stays small; the rest of a poll's time is waiting on fork/exec
     # and renames while 20 processes start on a starved machine, which the budget bounds.
+    # The budget is looked at before each restart, so a poll may overrun it by one restart:
+    # at most 0.05 CPU-s (a start's bound in the test above). CI saw 41 ms against 30.
     median = sorted(durations)[len(durations) // 2]
-    assert max(cpu) < 0.03 and median < 0.1 and max(durations) < 0.25, (max(cpu), durations)
+    one_restart = 0.05
+    assert max(cpu) < sv.POLL_BUDGET_S + one_restart and median < 0.1, (max(cpu), durations)
+    assert max(durations) < 0.25, (max(cpu), durations)
 
 
 # --------------------------------------------------------------------------- crashes
