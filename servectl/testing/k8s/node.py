@@ -24,9 +24,10 @@ import signal
 import subprocess
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -153,6 +154,27 @@ class Node:
         _terminate(process, grace_s=5.0)
         self._run(name, argv)
         self._wait(name, self._ready, time.monotonic() + timeout_s)
+
+    def apply(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        """Server-side apply of each document (any kind the apiserver serves, CRDs' too),
+        as ``kubectl apply --server-side`` would, in order."""
+        import kubernetes
+
+        client = self.cluster.api_client()
+        try:
+            dynamic = kubernetes.dynamic.DynamicClient(client)  # type: ignore[no-untyped-call]
+            for doc in docs:
+                resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+                namespace = doc["metadata"].get("namespace")
+                resource.server_side_apply(
+                    body=dict(doc),
+                    name=doc["metadata"]["name"],
+                    namespace=namespace,
+                    field_manager="servectl-test",
+                    force_conflicts=True,
+                )
+        finally:
+            client.close()  # type: ignore[no-untyped-call]
 
     def load_image(self, tarball: Path) -> None:
         """Import a docker-archive ``tarball`` (servectl.testing.k8s.images) into the

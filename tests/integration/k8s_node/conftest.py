@@ -2,7 +2,8 @@
 plane and a kubelet that runs pods through containerd on a bridge of this machine
 (servectl.testing.k8s.node).
 
-- ``node`` (module): a started `Node`, stopped (and the host put back) at the module's end;
+- ``node`` (module): a started `Node` with servectl's CRDs and the Gateway API's, stopped
+  (and the host put back) at the module's end;
   ~5-7 s to start on 2 cores, so each module gets its own.
 - ``core``: a ``CoreV1Api`` on it.
 
@@ -19,11 +20,12 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries
+from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries, gateway_api_crds
 from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
 _HERE = Path(__file__).parent
+CRDS = sorted((_HERE.parents[2] / "deploy" / "crds").glob("*.yaml"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,7 +58,8 @@ def node_bin_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    started = Node.start(tmp_path_factory.mktemp("node"), bin_dir=node_bin_dir)
+    crds = [*CRDS, *gateway_api_crds(node_bin_dir)]
+    started = Node.start(tmp_path_factory.mktemp("node"), bin_dir=node_bin_dir, crds=crds)
     try:
         yield started
     finally:
