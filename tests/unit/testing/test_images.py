@@ -11,6 +11,7 @@ default ones) and serves a request from the httpd image on 127.0.0.1; otherwise 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -298,8 +299,10 @@ def test_import_without_ctr_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 # --- a private containerd ----------------------------------------------------------------
 
-# A fixed place of its own, so that a run killed midway is cleaned up by the next one.
+# A fixed place of its own, so that a run killed midway is cleaned up by the next one; the
+# lock keeps two test sessions on this machine (CI's and a developer's) from sharing it.
 CONTAINERD_DIR = Path("/tmp/servectl-test-images-containerd")
+CONTAINERD_LOCK = Path("/tmp/servectl-test-images-containerd.lock")
 CONTAINERD_CONFIG = """version = 2
 root = "{d}/root"
 state = "{d}/state"
@@ -350,6 +353,15 @@ def _clean_containerd_dir() -> None:
 
 @contextlib.contextmanager
 def _private_containerd() -> Iterator[str]:
+    with CONTAINERD_LOCK.open("w") as lock:
+        # Released by the kernel when a holder dies, so a crashed run never blocks the next.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with _containerd_started() as address:
+            yield address
+
+
+@contextlib.contextmanager
+def _containerd_started() -> Iterator[str]:
     _clean_containerd_dir()
     (CONTAINERD_DIR / "cni").mkdir(parents=True)
     config = CONTAINERD_DIR / "config.toml"
