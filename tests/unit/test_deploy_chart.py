@@ -994,7 +994,7 @@ def _dockerfile() -> list[tuple[str, str]]:
 def test_dockerfile_builds_the_image_the_chart_runs(rendered: dict[str, Any]) -> None:
     instructions = _dockerfile()
     froms = [args for word, args in instructions if word == "FROM"]
-    assert froms[-1].split()[0] == "python:3.11-slim"
+    assert froms[-1].split()[0] == "debian:bookworm-slim"
     [user] = [args for word, args in instructions if word == "USER"]
     uid = user.split(":")[0]
     assert uid == "65532", "a numeric uid, so that runAsNonRoot can verify it"
