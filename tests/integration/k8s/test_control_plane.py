@@ -382,7 +382,8 @@ def test_a_failing_component_is_named_and_nothing_is_left(
 
 def _fake_bin_dir(directory: Path, *, crds: bool = True) -> Path:
     directory.mkdir(parents=True)
-    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+    built = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    for name in (*built, "kubelet", "kube-proxy"):
         (directory / name).write_text("#!/bin/sh\n")
         (directory / name).chmod(0o755)
     if crds:
@@ -401,6 +402,11 @@ def test_find_binaries_follows_the_scripts_environment(
     monkeypatch.setenv("KWOK_VERSION", "v9.9.9")
     assert find_binaries() is None
     built = _fake_bin_dir(tmp_path / "cache" / "v1.99.0-kwok-v9.9.9")
+    assert find_binaries() == built
+    (built / "kubelet").unlink()  # a cache from before the real node's binaries: built again
+    assert find_binaries() is None
+    (built / "kubelet").write_text("#!/bin/sh\n")
+    (built / "kubelet").chmod(0o755)
     assert find_binaries() == built
     assert [p.name for p in gateway_api_crds(built)] == ["a_gateways.yaml", "b_httproutes.yaml"]
 
