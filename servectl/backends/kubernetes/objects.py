@@ -397,6 +397,21 @@ def _header_match(match: Match, grpc: bool) -> Doc:
     return {"type": "RegularExpression", "name": "Cookie", "value": pattern}
 
 
+GRPC_SERVICES = ("tensorflow.serving.PredictionService", "tensorflow.serving.ModelService")
+"""TF Serving's gRPC services: what the GRPCRoute matches."""
+REST_PREFIX = "/v1/"
+"""TF Serving's REST API: what the HTTPRoute matches."""
+
+
+def _api_matches(grpc: bool) -> list[Doc]:
+    """Each route matches its own API only. On a listener that carries both, a GRPCRoute
+    with no match takes every request, REST too: Traefik sent REST predictions to the
+    gRPC port (500) until the routes said which requests are theirs."""
+    if grpc:
+        return [{"method": {"type": "Exact", "service": service}} for service in GRPC_SERVICES]
+    return [{"path": {"type": "PathPrefix", "value": REST_PREFIX}}]
+
+
 def route(
     ms: Mapping[str, Any],
     weights: Sequence[tuple[str, int]],
@@ -411,14 +426,18 @@ def route(
     port = GRPC_PORT if grpc else REST_PORT
     rules: list[Doc] = []
     if header_revision is not None and match is not None:
+        header = _header_match(match, grpc)
         rules.append(
             {
-                "matches": [{"headers": [_header_match(match, grpc)]}],
+                "matches": [{**m, "headers": [header]} for m in _api_matches(grpc)],
                 "backendRefs": [{"name": header_revision, "port": port, "weight": 1}],
             }
         )
     rules.append(
-        {"backendRefs": [{"name": rev, "port": port, "weight": int(w)} for rev, w in weights]}
+        {
+            "matches": _api_matches(grpc),
+            "backendRefs": [{"name": rev, "port": port, "weight": int(w)} for rev, w in weights],
+        }
     )
     spec: Doc = {"rules": rules}
     if options.gateway is not None:

@@ -14,13 +14,17 @@ built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
 from __future__ import annotations
 
 import os
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
 
-from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries, gateway_api_crds
+from servectl import processes
+from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries, gateway, gateway_api_crds
 from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
@@ -74,3 +78,37 @@ def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
         yield kubernetes.client.CoreV1Api(client)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[gateway.Ports]:
+    """Traefik installed on the module's node, the Gateway traefik/servectl; its ports."""
+    binary = gateway.traefik_binary()
+    require(binary is not None, f"no Traefik binary; {gateway.BUILD_HINT}")
+    assert binary is not None
+    made = tmp_path_factory.mktemp("gateway")
+    gateway.traefik_image(made / "traefik.tar", binary)
+    node.load_image(made / "traefik.tar")
+    ports = gateway.Ports(web=processes.free_port(), admin=processes.free_port())
+    node.apply(gateway.manifests(ports))
+    until(lambda: ok(f"http://127.0.0.1:{ports.admin}/ping"), "Traefik answering /ping", 90)
+    yield ports
+
+
+def until(check: Any, what: str, timeout_s: float = 60.0) -> Any:
+    """``check()``'s first true value, polled every 0.25 s; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what} within {timeout_s:.0f} s")
+
+
+def ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False

@@ -6,56 +6,18 @@ backend only, and follows a weight change in place. Every request goes to 127.0.
 from __future__ import annotations
 
 import collections
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
-import pytest
 
-from servectl import processes
 from servectl.testing.k8s import gateway, images
 from servectl.testing.k8s.node import Node
-from tests.integration.k8s_node.conftest import require
+from tests.integration.k8s_node.conftest import until
 
 HTTPD = "servectl.test/httpd:1"
 NS = "shop"
-
-
-@pytest.fixture(scope="module")
-def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[gateway.Ports]:
-    binary = gateway.traefik_binary()
-    require(binary is not None, f"no Traefik binary; {gateway.BUILD_HINT}")
-    assert binary is not None
-    made = tmp_path_factory.mktemp("gateway")
-    gateway.traefik_image(made / "traefik.tar", binary)
-    node.load_image(made / "traefik.tar")
-    images.httpd_test_image(made / "httpd.tar", HTTPD)
-    node.load_image(made / "httpd.tar")
-    ports = gateway.Ports(web=processes.free_port(), admin=processes.free_port())
-    node.apply(gateway.manifests(ports))
-    until(lambda: ok(f"http://127.0.0.1:{ports.admin}/ping"), "Traefik answering /ping", 90)
-    yield ports
-
-
-def until(check: Any, what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s")
-
-
-def ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
 
 
 def backend(name: str) -> list[dict[str, Any]]:
@@ -144,6 +106,8 @@ def route_conditions(node: Node) -> dict[str, str]:
 def test_the_gateway_splits_by_weight_and_routes_a_header_to_one_backend(
     node: Node, traefik: gateway.Ports, tmp_path: Path
 ) -> None:
+    images.httpd_test_image(tmp_path / "httpd.tar", HTTPD)
+    node.load_image(tmp_path / "httpd.tar")
     node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
     node.apply(backend("shop-a") + backend("shop-b"))
     core = kubernetes.client.CoreV1Api(node.cluster.api_client())

@@ -136,6 +136,32 @@ def test_routes_carry_weights_and_the_header_rule_first() -> None:
     assert obj.route_weights(None) == ({}, None)
 
 
+def test_each_route_matches_its_own_api_only() -> None:
+    """On a listener carrying both, a GRPCRoute with no match took every request: Traefik
+    sent REST predictions to the gRPC port. Each rule, the header rule too, names its API:
+    TF Serving's gRPC services, or the REST prefix /v1/."""
+    m = obj.Match("header", "x-variant", "b")
+    for grpc in (False, True):
+        r = obj.route(
+            MS,
+            [("a", 90), ("b", 10)],
+            header_revision="b",
+            match=m,
+            options=obj.Options(),
+            grpc=grpc,
+        )
+        for rule in r["spec"]["rules"]:
+            if grpc:
+                services = {x["method"]["service"] for x in rule["matches"]}
+                assert services == set(obj.GRPC_SERVICES), rule
+            else:
+                assert [x["path"] for x in rule["matches"]] == [
+                    {"type": "PathPrefix", "value": "/v1/"}
+                ], rule
+        assert all(x["headers"] for x in r["spec"]["rules"][0]["matches"])
+        assert obj.route_weights(r) == ({"a": 90, "b": 10}, "b")
+
+
 def test_a_cookie_match_is_a_regex_on_the_cookie_header() -> None:
     m = obj.Match("cookie", "variant", "b.1")
     r = obj.route(MS, [("a", 100)], header_revision="b", match=m, options=obj.Options())

@@ -1,0 +1,153 @@
+"""servectl on the real node as a user runs it: the controller installed by the Helm chart
+from its image, a ModelService whose model comes from a PersistentVolumeClaim, model
+servers from the TF-Serving drop-in image passing their readiness probe once the version
+is loaded, the HTTPRoute accepted by Traefik, and predictions entering on 127.0.0.1
+through the Gateway."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.node import Node
+from tests.integration.k8s_node.conftest import until
+
+NS = "ml"
+SERVICE = "cost"
+
+
+@pytest.fixture(scope="module")
+def servectl_on_node(
+    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[stack.Images]:
+    began = time.monotonic()
+    built = stack.build_images()
+    print(f"\nimages ready in {time.monotonic() - began:.0f} s")
+    for tarball in (built.controller, built.model_server):
+        began = time.monotonic()
+        node.load_image(tarball)
+        print(f"{tarball.name} imported in {time.monotonic() - began:.0f} s")
+    from servectl.modelserver.demo import export_demo
+
+    models = tmp_path_factory.mktemp("models")
+    export_demo(models, cost=400)
+    models.chmod(0o755)  # read by the model server's non-root user through the volume
+    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    node.apply(stack.models_volume(node, models, NS))
+    began = time.monotonic()
+    stack.install_controller(
+        node, built, gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}", replicas=1
+    )
+    print(f"helm install --wait took {time.monotonic() - began:.0f} s")
+    yield built
+
+
+def get(node: Node, path: str) -> dict[str, Any]:
+    status, answer = node.cluster.request("GET", path)
+    return answer if status == 200 and isinstance(answer, dict) else {}
+
+
+def conditions(doc: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (doc.get("status") or {}).get("conditions") or []}
+
+
+def pod_logs(node: Node) -> str:
+    """The last lines of every model server's and Traefik's log, to say why."""
+    logs = []
+    for ns in (NS, gateway.NAMESPACE):
+        for pod in get(node, f"/api/v1/namespaces/{ns}/pods").get("items", []):
+            name, address = pod["metadata"]["name"], pod["status"].get("podIP")
+            path = f"/api/v1/namespaces/{ns}/pods/{name}/log?tailLines=15"
+            logs.append(f"--- {ns}/{name} ({address}):\n{node.cluster.request('GET', path)[1]}")
+    return "\n".join(logs)
+
+
+def predict(port: int) -> dict[str, Any]:
+    body = json.dumps({"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}).encode()  # 8 features
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/models/cost_model:predict",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        decoded: dict[str, Any] = json.loads(answer.read())
+    return decoded
+
+
+def test_a_model_service_serves_through_the_gateway(
+    node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images
+) -> None:
+    spec = {
+        "apiVersion": "servectl.io/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"name": SERVICE, "namespace": NS},
+        "spec": {
+            "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
+            "runtime": {
+                "image": servectl_on_node.model_server_ref,
+                "resources": {"cpu": "250m", "memory": "1Gi"},
+            },
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 2},
+        },
+    }
+    began = time.monotonic()
+    node.apply([spec])
+    deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/{SERVICE}-v1"
+    until(
+        lambda: (get(node, deployment).get("status") or {}).get("readyReplicas"),
+        "the first revision's model server Ready (its version loaded)",
+        240,
+    )
+    print(f"ModelService applied -> model server Ready in {time.monotonic() - began:.0f} s")
+    route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{SERVICE}"
+
+    def accepted() -> bool:
+        parents = (get(node, route).get("status") or {}).get("parents") or []
+        found = {c["type"]: c["status"] for p in parents for c in p.get("conditions", [])}
+        return found.get("Accepted") == "True" and found.get("ResolvedRefs") == "True"
+
+    until(accepted, "the HTTPRoute Accepted by Traefik with its references resolved")
+
+    last: list[str] = []
+
+    def answers() -> dict[str, Any] | None:
+        try:
+            return predict(traefik.web)
+        except urllib.error.HTTPError as error:
+            last[:] = [f"{error.code} {error.read()[:300]!r}"]
+        except OSError as error:
+            last[:] = [str(error)]
+        return None
+
+    try:
+        answer = until(answers, "a prediction through the Gateway on 127.0.0.1")
+    except AssertionError:
+        spec = json.dumps(get(node, route).get("spec"))
+        raise AssertionError(f"last answer: {last}; route: {spec}\n{pod_logs(node)}") from None
+    assert len(answer["predictions"]) == 1, answer
+    served = [predict(traefik.web) for _ in range(50)]
+    assert all(len(a["predictions"]) == 1 for a in served)
+    path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{SERVICE}"
+    # The controller's next cycle (every 5 s, or on a change it watches) says so.
+    try:
+        until(lambda: conditions(get(node, path)).get("Ready") == "True", "Ready", 30)
+    except AssertionError:
+        raise AssertionError((get(node, path).get("status") or {}).get("conditions")) from None
+
+
+def test_the_controller_runs_in_the_cluster(node: Node, servectl_on_node: stack.Images) -> None:
+    pods = get(node, f"/api/v1/namespaces/{stack.CONTROLLER_NAMESPACE}/pods").get("items", [])
+    assert pods, "no controller pod"
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == servectl_on_node.controller_ref
+        assert pod["status"]["phase"] == "Running", pod["status"]
+    assert Path(stack.CHART, "Chart.yaml").exists()
