@@ -15,9 +15,9 @@ import pytest
 
 from servectl.testing.k8s import images
 from servectl.testing.k8s.node import NODE_IP, POD_CIDR, Node
+from tests.integration.k8s_node.conftest import until
 
 HTTPD = "servectl.test/httpd:1"
-_DEADLINE_S = 60.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,16 +40,6 @@ def pod(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "labels": labels},
         "spec": {"containers": [container], "terminationGracePeriodSeconds": 1, **spec},
     }
-
-
-def until(check: Any, what: str, timeout_s: float = _DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s")
 
 
 def ready(core: kubernetes.client.CoreV1Api, name: str) -> bool:
