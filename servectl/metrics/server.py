@@ -159,6 +159,7 @@ class PrometheusServer:
         retention: str = "1d",
         start_timeout_s: float = 30.0,
         detach: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         """``port=0`` picks a free loopback port at the first `start` and keeps it after.
 
@@ -178,6 +179,8 @@ class PrometheusServer:
         self.retention = retention
         self.start_timeout_s = start_timeout_s
         self._port = port
+        self.host = host
+        """The address it listens on (loopback unless pods must reach it)."""
         self._jobs: set[str] = set()
         self._targets: tuple[ScrapeTarget, ...] = ()
         self.detach = detach
@@ -217,7 +220,7 @@ class PrometheusServer:
     def url(self) -> str:
         if self._port == 0:
             raise PrometheusError("not started yet: the port is picked by start()")
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://{self.host}:{self._port}"
 
     @property
     def pid_path(self) -> Path:
@@ -337,7 +340,7 @@ class PrometheusServer:
         if binary is None:
             raise PrometheusNotFound(f"Prometheus binary {self.binary!r} not found; {INSTALL_HINT}")
         if self._port == 0:
-            self._port = processes.free_port()
+            self._port = processes.free_port(self.host)
         self._write_config()
         self.tsdb_path.mkdir(parents=True, exist_ok=True)
         command = [
@@ -345,7 +348,7 @@ class PrometheusServer:
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.tsdb_path}",
             f"--storage.tsdb.retention.time={self.retention}",
-            f"--web.listen-address=127.0.0.1:{self._port}",
+            f"--web.listen-address={self.host}:{self._port}",
             "--web.enable-lifecycle",
         ]
         self._process, _ = processes.start_logged(

@@ -399,11 +399,13 @@ class ControlPlane:
 
     # --- clients ---
 
-    def write_kubeconfig(self, path: Path, user: str, group: str) -> None:
+    def write_kubeconfig(self, path: Path, user: str, group: str) -> tuple[Path, Path]:
         """A kubeconfig for this apiserver as ``user`` in ``group``, with a client
-        certificate from the plane's CA (a kubelet: ``system:node:<name>``, ``system:nodes``)."""
+        certificate from the plane's CA (a kubelet: ``system:node:<name>``, ``system:nodes``);
+        the certificate's and key's files (in ``path``'s directory's ``pki/``)."""
         client = _pki.issue_client(self._pki, path.parent / "pki", user, group)
         _pki.write_kubeconfig(path, self.server, self._pki, client)
+        return client
 
     @property
     def ca_cert(self) -> Path:

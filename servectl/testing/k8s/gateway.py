@@ -10,15 +10,14 @@ each flag and rule is for is in docs/kubernetes.md ("The Gateway on the real nod
 
 from __future__ import annotations
 
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servectl.testing.k8s import images
+from servectl.testing.k8s.tools import TRAEFIK
 
-TRAEFIK_VERSION = "v3.6.25"
+TRAEFIK_VERSION = TRAEFIK.version
 NAMESPACE = "traefik"
 GATEWAY_CLASS = "traefik"
 GATEWAY = "servectl"
@@ -32,21 +31,7 @@ Doc = dict[str, Any]
 def traefik_binary(*, build: bool = False) -> Path | None:
     """The Traefik binary ``scripts/traefik-build`` made (``SERVECTL_TRAEFIK`` names another
     one); with ``build``, run the script when it is missing. None when there is none."""
-    named = os.environ.get("SERVECTL_TRAEFIK")
-    if named:
-        return Path(named) if os.access(named, os.X_OK) else None
-    cache = Path(
-        os.environ.get("SERVECTL_K8S_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servectl" / "k8s"
-    )
-    binary = cache / f"traefik-{TRAEFIK_VERSION}" / "traefik"
-    if os.access(binary, os.X_OK):
-        return binary
-    if not build:
-        return None
-    script = Path(__file__).resolve().parents[3] / "scripts" / "traefik-build"
-    subprocess.run(["bash", str(script)], check=True, stdout=subprocess.DEVNULL)
-    return binary if os.access(binary, os.X_OK) else None
+    return TRAEFIK.binary(build=build)
 
 
 def traefik_image(out: Path, binary: Path) -> images.Image:

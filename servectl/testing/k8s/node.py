@@ -89,6 +89,8 @@ class Node:
 
     root: Path
     plane: ControlPlane | None = None
+    kubelet_port: int = 0
+    """The kubelet's HTTPS port on `NODE_IP` (its API, /metrics and /metrics/cadvisor)."""
     timings: dict[str, float] = field(default_factory=dict)
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
@@ -365,6 +367,7 @@ class Node:
             "nodeStatusUpdateFrequency": "2s",
             "syncFrequency": "5s",
         }
+        self.kubelet_port = int(str(config["port"]))
         path = self.root / "kubelet.yaml"
         path.write_text(yaml.safe_dump(config))
         self._healthz = f"http://127.0.0.1:{config['healthzPort']}/healthz"
@@ -377,6 +380,10 @@ class Node:
             f"--cert-dir={RUN_DIR / 'kubelet' / 'pki'}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={NODE_IP}",
+            # cAdvisor (built into the kubelet) finds containers' names, pods and namespaces
+            # through containerd's socket, /run/containerd/containerd.sock unless told:
+            # without this /metrics/cadvisor has cgroups only, no pod labels.
+            f"--containerd={_SOCKET}",
             "--v=1",
         ]
 

@@ -25,6 +25,7 @@ import pytest
 
 from servectl import processes
 from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries, gateway, gateway_api_crds
+from servectl.testing.k8s.monitoring import Monitoring, MonitoringUnavailable
 from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
@@ -93,6 +94,25 @@ def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ga
     node.apply(gateway.manifests(ports))
     until(lambda: ok(f"http://127.0.0.1:{ports.admin}/ping"), "Traefik answering /ping", 90)
     yield ports
+
+
+@pytest.fixture(scope="module")
+def monitoring(
+    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Monitoring]:
+    """Prometheus on this machine scraping the node (kubelet cAdvisor, kube-state-metrics
+    in a pod, the model servers with the users' scrape job, Traefik)."""
+    try:
+        started = Monitoring.start(
+            node, tmp_path_factory.mktemp("monitoring"), traefik_admin=traefik.admin
+        )
+    except MonitoringUnavailable as why:
+        require(False, str(why))
+        raise
+    try:
+        yield started
+    finally:
+        started.stop()
 
 
 def until(check: Any, what: str, timeout_s: float = 60.0) -> Any:

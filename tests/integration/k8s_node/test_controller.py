@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
 from tests.integration.k8s_node.conftest import until
 
@@ -26,7 +27,10 @@ SERVICE = "cost"
 
 @pytest.fixture(scope="module")
 def servectl_on_node(
-    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+    node: Node,
+    traefik: gateway.Ports,
+    monitoring: Monitoring,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[stack.Images]:
     began = time.monotonic()
     built = stack.build_images()
@@ -44,7 +48,11 @@ def servectl_on_node(
     node.apply(stack.models_volume(node, models, NS))
     began = time.monotonic()
     stack.install_controller(
-        node, built, gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}", replicas=1
+        node,
+        built,
+        gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}",
+        prometheus_url=monitoring.url,
+        replicas=1,
     )
     print(f"helm install --wait took {time.monotonic() - began:.0f} s")
     yield built
@@ -151,3 +159,75 @@ def test_the_controller_runs_in_the_cluster(node: Node, servectl_on_node: stack.
         assert container["image"] == servectl_on_node.controller_ref
         assert pod["status"]["phase"] == "Running", pod["status"]
     assert Path(stack.CHART, "Chart.yaml").exists()
+
+
+def test_the_controller_reads_real_metrics(
+    node: Node, traefik: gateway.Ports, monitoring: Monitoring, servectl_on_node: stack.Images
+) -> None:
+    """What the controller scales on comes from the real node: cAdvisor's CPU of the model
+    server's container, its CPU request from kube-state-metrics, TF Serving's request and
+    latency series labelled by the users' scrape job; and Traefik counts the route's
+    requests. The controller in its pod reads them (MetricsAvailable True)."""
+    from servectl.metrics.config import MetricsConfig
+    from servectl.metrics.source import PrometheusSource
+
+    served = [predict(traefik.web) for _ in range(100)]  # bounded: 100 requests
+    assert all(len(a["predictions"]) == 1 for a in served)
+    prometheus = monitoring.prometheus
+    expected = {
+        "cAdvisor CPU of the model server": (
+            f'container_cpu_usage_seconds_total{{namespace="{NS}", pod=~"{SERVICE}-v1-.*", '
+            'container!="", container!="POD"}'
+        ),
+        "kube-state-metrics CPU request": (
+            f'kube_pod_container_resource_requests{{namespace="{NS}", resource="cpu"}}'
+        ),
+        "kube-state-metrics pod labels": (
+            f'kube_pod_labels{{namespace="{NS}", label_servectl_io_service="{SERVICE}"}}'
+        ),
+        "TF Serving requests by the users' job": (
+            f':tensorflow:serving:request_count{{namespace="{NS}", service="{SERVICE}"}}'
+        ),
+        "Traefik's requests for the route": (
+            f'traefik_service_requests_total{{service=~".*{NS}-{SERVICE}.*"}}'
+        ),
+    }
+    for what, promql in expected.items():
+        try:
+            prometheus.wait_for_series(promql, timeout_s=60)
+        except Exception as error:
+            targets = [(t.job, t.scrape_url, t.health, t.last_error) for t in prometheus.targets()]
+            raise AssertionError(f"{what}: {promql}: {error}; targets {targets}") from None
+    (request,) = prometheus.query(
+        f'kube_pod_container_resource_requests{{namespace="{NS}", resource="cpu", '
+        f'pod=~"{SERVICE}-v1-.*"}}'
+    )
+    assert request.value == 0.25
+    # servectl's own queries, from this machine, see every signal of the revision.
+    source = PrometheusSource(monitoring.url, MetricsConfig())
+
+    last: list[Any] = []
+
+    def complete() -> Any:
+        for _ in range(5):  # bounded: 5 requests a poll, ~20 polls a minute at most
+            predict(traefik.web)
+        snap = source.snapshot()
+        found = [r for k, r in snap.revisions.items() if k[:2] == (NS, SERVICE)]
+        last[:] = [sorted(snap.revisions), [(r.missing, r.signals) for r in found], snap.problems]
+        # No GPU here: its signal is missing and not required (DEFAULT_REQUIRED).
+        if not found or set(found[0].missing) - {"gpu"} or not found[0].signals.rps:
+            return None
+        return found[0]
+
+    try:
+        revision = until(complete, "every signal of the revision through servectl's queries", 90)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last snapshot: {last}") from None
+    assert revision.signals.cpu_usage_cores is not None and revision.signals.rps is not None
+    assert [p.cpu_request_cores for p in revision.pods] == [0.25]
+    path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{SERVICE}"
+    until(
+        lambda: conditions(get(node, path)).get("MetricsAvailable") == "True",
+        "MetricsAvailable True on the ModelService (the controller's pod reads Prometheus)",
+        60,
+    )
