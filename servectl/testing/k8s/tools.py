@@ -59,3 +59,12 @@ PROMETHEUS = Tool("prometheus", "v0.316.0", ("metrics-build", "prometheus"), "SE
 KUBE_STATE_METRICS = Tool(
     "kube-state-metrics", "v2.18.0", ("metrics-build", "kube-state-metrics"), "SERVECTL_KSM"
 )
+
+TOOLS = {tool.name: tool for tool in (TRAEFIK, PROMETHEUS, KUBE_STATE_METRICS)}
+
+if __name__ == "__main__":  # python -m servectl.testing.k8s.tools NAME: its path, if built
+    import sys
+
+    found = TOOLS[sys.argv[1]].binary() if sys.argv[1:] and sys.argv[1] in TOOLS else None
+    print(found or "")
+    sys.exit(0 if found else 1)
