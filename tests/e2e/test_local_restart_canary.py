@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from servectl.rollout.machine import Op
-from tests.e2e.conftest import Load, LocalRuntime, deploy, service_doc
+from servectl.testing.load import Load
+from tests.e2e.conftest import LocalRuntime, deploy, service_doc
 
 CANARY: dict[str, Any] = {
     "strategy": "canary",

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from servectl.rollout.machine import Op
-from tests.e2e.conftest import Load, LocalRuntime, deploy, revision_of, service_doc
+from servectl.testing.load import Load
+from tests.e2e.conftest import LocalRuntime, deploy, revision_of, service_doc
 
 INJECTED = "injected failure"
 

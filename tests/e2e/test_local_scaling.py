@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.e2e.conftest import Load, LocalRuntime, deploy, service_doc
+from servectl.testing.load import Load
+from tests.e2e.conftest import LocalRuntime, deploy, service_doc
 
 SLO_MS = 250.0
 STEP_AT_S = 30.0

@@ -6,6 +6,11 @@ plane and a kubelet that runs pods through containerd on a bridge of this machin
   (and the host put back) at the module's end;
   ~5-7 s to start on 2 cores, so each module gets its own.
 - ``core``: a ``CoreV1Api`` on it.
+- ``traefik`` (module): Traefik and the Gateway traefik/servectl; ``monitoring`` (module):
+  Prometheus and kube-state-metrics (servectl.testing.k8s.monitoring).
+- ``servectl_on_node`` (module): the images imported, the demo models on a volume claimed in
+  `NS`, the controller installed by the Helm chart (two replicas, leader election) reading
+  that Prometheus.
 
 A machine that cannot run a node (not root, no containerd, runc or CNI plugins, no kubelet
 built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
@@ -13,6 +18,7 @@ built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.request
@@ -24,11 +30,20 @@ import kubernetes
 import pytest
 
 from servectl import processes
-from servectl.testing.k8s import BUILD_HINT, etcd_binary, find_binaries, gateway, gateway_api_crds
+from servectl.testing.k8s import (
+    BUILD_HINT,
+    etcd_binary,
+    find_binaries,
+    gateway,
+    gateway_api_crds,
+    stack,
+)
 from servectl.testing.k8s.monitoring import Monitoring, MonitoringUnavailable
 from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
+NS = "ml"
+"""The namespace of the ModelServices (and of the models' claim)."""
 _HERE = Path(__file__).parent
 CRDS = sorted((_HERE.parents[2] / "deploy" / "crds").glob("*.yaml"))
 
@@ -113,6 +128,72 @@ def monitoring(
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def servectl_on_node(
+    node: Node,
+    traefik: gateway.Ports,
+    monitoring: Monitoring,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[stack.Images]:
+    began = time.monotonic()
+    built = stack.build_images()
+    print(f"\nimages ready in {time.monotonic() - began:.0f} s")
+    for tarball in (built.controller, built.model_server):
+        began = time.monotonic()
+        node.load_image(tarball)
+        print(f"{tarball.name} imported in {time.monotonic() - began:.0f} s")
+    from servectl.modelserver.demo import export_demo
+
+    models = tmp_path_factory.mktemp("models")
+    export_demo(models, cost=400)
+    models.chmod(0o755)  # read by the model server's non-root user through the volume
+    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    node.apply(stack.models_volume(node, models, NS))
+    began = time.monotonic()
+    stack.install_controller(
+        node,
+        built,
+        gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}",
+        prometheus_url=monitoring.url,
+        replicas=2,
+    )
+    print(f"helm install --wait took {time.monotonic() - began:.0f} s")
+    yield built
+
+
+def get(node: Node, path: str) -> dict[str, Any]:
+    status, answer = node.cluster.request("GET", path)
+    return answer if status == 200 and isinstance(answer, dict) else {}
+
+
+def conditions(doc: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (doc.get("status") or {}).get("conditions") or []}
+
+
+def pod_logs(node: Node) -> str:
+    """The last lines of every model server's and Traefik's log, to say why."""
+    logs = []
+    for ns in (NS, gateway.NAMESPACE):
+        for pod in get(node, f"/api/v1/namespaces/{ns}/pods").get("items", []):
+            name, address = pod["metadata"]["name"], pod["status"].get("podIP")
+            path = f"/api/v1/namespaces/{ns}/pods/{name}/log?tailLines=15"
+            logs.append(f"--- {ns}/{name} ({address}):\n{node.cluster.request('GET', path)[1]}")
+    return "\n".join(logs)
+
+
+def predict(port: int) -> dict[str, Any]:
+    """One REST prediction of cost_model through the Gateway on 127.0.0.1."""
+    body = json.dumps({"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}).encode()  # 8 features
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/models/cost_model:predict",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        decoded: dict[str, Any] = json.loads(answer.read())
+    return decoded
 
 
 def until(check: Any, what: str, timeout_s: float = 60.0) -> Any:

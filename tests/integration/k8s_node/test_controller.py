@@ -10,84 +10,15 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
-from tests.integration.k8s_node.conftest import until
+from tests.integration.k8s_node.conftest import NS, conditions, get, pod_logs, predict, until
 
-NS = "ml"
 SERVICE = "cost"
-
-
-@pytest.fixture(scope="module")
-def servectl_on_node(
-    node: Node,
-    traefik: gateway.Ports,
-    monitoring: Monitoring,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[stack.Images]:
-    began = time.monotonic()
-    built = stack.build_images()
-    print(f"\nimages ready in {time.monotonic() - began:.0f} s")
-    for tarball in (built.controller, built.model_server):
-        began = time.monotonic()
-        node.load_image(tarball)
-        print(f"{tarball.name} imported in {time.monotonic() - began:.0f} s")
-    from servectl.modelserver.demo import export_demo
-
-    models = tmp_path_factory.mktemp("models")
-    export_demo(models, cost=400)
-    models.chmod(0o755)  # read by the model server's non-root user through the volume
-    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
-    node.apply(stack.models_volume(node, models, NS))
-    began = time.monotonic()
-    stack.install_controller(
-        node,
-        built,
-        gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}",
-        prometheus_url=monitoring.url,
-        replicas=1,
-    )
-    print(f"helm install --wait took {time.monotonic() - began:.0f} s")
-    yield built
-
-
-def get(node: Node, path: str) -> dict[str, Any]:
-    status, answer = node.cluster.request("GET", path)
-    return answer if status == 200 and isinstance(answer, dict) else {}
-
-
-def conditions(doc: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in (doc.get("status") or {}).get("conditions") or []}
-
-
-def pod_logs(node: Node) -> str:
-    """The last lines of every model server's and Traefik's log, to say why."""
-    logs = []
-    for ns in (NS, gateway.NAMESPACE):
-        for pod in get(node, f"/api/v1/namespaces/{ns}/pods").get("items", []):
-            name, address = pod["metadata"]["name"], pod["status"].get("podIP")
-            path = f"/api/v1/namespaces/{ns}/pods/{name}/log?tailLines=15"
-            logs.append(f"--- {ns}/{name} ({address}):\n{node.cluster.request('GET', path)[1]}")
-    return "\n".join(logs)
-
-
-def predict(port: int) -> dict[str, Any]:
-    body = json.dumps({"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}).encode()  # 8 features
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/models/cost_model:predict",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        decoded: dict[str, Any] = json.loads(answer.read())
-    return decoded
 
 
 def test_a_model_service_serves_through_the_gateway(

@@ -1,0 +1,285 @@
+"""Rollouts on the real node under Locust load entering through the Gateway on 127.0.0.1
+(issue 26, "Done when"): the split Traefik applies, counted by Traefik itself, within 2
+percentage points of the canary's weights over at least 1,000 requests a step; an A/B
+header rule that sends every matching request to B and no other; a failing canary aborted
+with no dip in the stable revision's ready pods and no failed request other than those the
+bad version fails itself."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.node import Node
+from servectl.testing.load import Load
+from tests.integration.k8s_node.conftest import NS, get, predict, until
+
+INJECTED = "injected failure"  # what cost_model v3 answers for the requests it fails
+RPS = 25.0
+MODELSERVICES = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices"
+
+
+def service_doc(name: str, image: str, rollout: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "servectl.io/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
+            "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
+            "rollout": rollout,
+        },
+    }
+
+
+def gateway_counts(traefik: gateway.Ports, service: str) -> Counter[str]:
+    """Requests Traefik sent to each revision of ``service`` (its Service ``<service>-vN``)
+    so far, from its own /metrics: the backends of the route's weighted service are
+    ``<router>-svc-<namespace>-<Service>-<index>@kubernetesgateway``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{traefik.admin}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    backend = re.compile(rf"-svc-{NS}-({re.escape(service)}-v\d+)-\d+@kubernetesgateway$")
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "traefik_service_requests":
+            continue
+        for sample in family.samples:
+            found = backend.search(sample.labels.get("service", ""))
+            if found and sample.name.endswith("_total"):
+                counts[found.group(1)] += int(sample.value)
+    return counts
+
+
+def rollout(node: Node, name: str) -> dict[str, Any]:
+    return dict((get(node, f"{MODELSERVICES}/{name}").get("status") or {}).get("rollout") or {})
+
+
+def weights(node: Node, name: str) -> dict[str, int]:
+    from servectl.backends.kubernetes import objects
+
+    route = get(node, f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{name}")
+    return objects.route_weights(route or None)[0]
+
+
+def servectl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it against the node's cluster."""
+    argv = [sys.executable, "-m", "servectl", *args, "--kubeconfig", str(node.cluster.kubeconfig)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def ready(node: Node, deployment: str) -> int:
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}"
+    return int((get(node, path).get("status") or {}).get("readyReplicas") or 0)
+
+
+def measure_split(traefik: gateway.Ports, service: str, at_least: int) -> dict[str, float]:
+    """Each revision's share of the next ``at_least`` requests, as Traefik counts them."""
+    before = gateway_counts(traefik, service)
+
+    def enough() -> Counter[str] | None:
+        now = gateway_counts(traefik, service)
+        now.subtract(before)
+        return now if sum(now.values()) >= at_least else None
+
+    counted = until(enough, f"{at_least} requests through the Gateway", 4 * at_least / RPS)
+    total = sum(counted.values())
+    return {revision: 100 * n / total for revision, n in counted.items() if n}
+
+
+@pytest.fixture
+def service(node: Node) -> Iterator[list[str]]:
+    """Names of the ModelServices a test creates, deleted after it (freeing the node's CPU)."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
+
+
+def start(node: Node, images: stack.Images, name: str, spec: dict[str, Any], web: int) -> None:
+    """Create the ModelService at v1 and wait until it answers through the Gateway."""
+    node.apply([service_doc(name, images.model_server_ref, spec)])
+    until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
+    until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
+
+    def answers() -> bool:
+        try:
+            return bool(predict(web))
+        except OSError:
+            return False
+
+    until(answers, "predictions through the Gateway", 30)
+
+
+def set_version(node: Node, name: str, version: int) -> None:
+    status, answer = node.cluster.request(
+        "PATCH",
+        f"{MODELSERVICES}/{name}",
+        {"spec": {"model": {"version": version}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200, answer
+
+
+def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(
+    node: Node,
+    traefik: gateway.Ports,
+    servectl_on_node: stack.Images,
+    service: list[str],
+    tmp_path: Path,
+) -> None:
+    name = "split"
+    service.append(name)
+    spec = {
+        "strategy": "canary",
+        "steps": [
+            {"setWeight": 10},
+            {"pause": {}},
+            {"setWeight": 50},
+            {"pause": {}},
+            {"setWeight": 100},
+        ],
+        "drainSeconds": 3,
+    }
+    start(node, servectl_on_node, name, spec, traefik.web)
+    load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
+    try:
+        set_version(node, name, 2)
+        shares = {}
+        for weight in (10, 50):
+            until(
+                lambda w=weight: (
+                    rollout(node, name).get("phase") == "Paused"
+                    and weights(node, name).get(f"{name}-v2") == w
+                ),
+                f"the canary paused at {weight} %",
+                180,
+            )
+            time.sleep(3)  # Traefik applies a route change within a second or two
+            shares[weight] = measure_split(traefik, name, 1000)
+            done = servectl(node, "rollout", "resume", name, "-n", NS)
+            assert done.returncode == 0, done.stdout + done.stderr
+        until(lambda: rollout(node, name).get("phase") == "Completed", "the rollout completed", 120)
+        until(lambda: weights(node, name) == {f"{name}-v2": 100}, "all traffic on v2", 30)
+    finally:
+        summary = load.finish()
+    print(f"\nsplit at the Gateway: {shares}; Locust: {summary.total.requests} requests")
+    for weight, share in shares.items():
+        assert abs(share.get(f"{name}-v2", 0.0) - weight) <= 2.0, (weight, share)
+    assert summary.total.failures == 0, summary.failures
+
+
+def test_an_ab_header_rule_sends_every_matching_request_to_b_and_no_other(
+    node: Node,
+    traefik: gateway.Ports,
+    servectl_on_node: stack.Images,
+    service: list[str],
+    tmp_path: Path,
+) -> None:
+    name = "ab"
+    service.append(name)
+    spec = {
+        "strategy": "abTest",
+        "abTest": {
+            "match": {"header": {"name": "x-variant", "value": "b"}},
+            "durationSeconds": 600,
+        },
+        "drainSeconds": 3,
+    }
+    start(node, servectl_on_node, name, spec, traefik.web)
+    set_version(node, name, 2)
+    until(lambda: ready(node, f"{name}-v2"), "B Ready", 180)
+    route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{name}"
+    until(
+        lambda: any(
+            m.get("headers")
+            for r in get(node, route)["spec"]["rules"]
+            for m in r.get("matches") or []
+        ),
+        "the header rule on the route",
+        60,
+    )
+    time.sleep(3)
+    load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
+    try:
+        before = gateway_counts(traefik, name)
+        sent = 0
+        for _ in range(200):  # bounded: 200 requests carrying the header
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{traefik.web}/v1/models/cost_model:predict",
+                data=b'{"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}',
+                headers={"Content-Type": "application/json", "x-variant": "b"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                sent += answer.status == 200
+        time.sleep(1)
+    finally:
+        summary = load.finish()
+    after = gateway_counts(traefik, name)
+    after.subtract(before)
+    # Locust's requests carry no header; each one counted at the Gateway went to A.
+    assert sent == 200
+    assert after[f"{name}-v2"] == 200, after
+    assert after[f"{name}-v1"] >= summary.total.requests - 2 * RPS, (after, summary.total.requests)
+    assert summary.total.failures == 0, summary.failures
+
+
+def test_a_failing_canary_is_aborted_under_load_with_no_dip_in_stable(
+    node: Node,
+    traefik: gateway.Ports,
+    servectl_on_node: stack.Images,
+    service: list[str],
+    tmp_path: Path,
+) -> None:
+    name = "bad"
+    service.append(name)
+    spec = {
+        "strategy": "canary",
+        "steps": [{"setWeight": 20}, {"analysis": {}}, {"setWeight": 100}],
+        "analysis": {
+            "interval": "10s",
+            "minSamples": 40,
+            "checks": [{"metric": "errorRate", "max": 0.02}],
+        },
+        "drainSeconds": 3,
+    }
+    start(node, servectl_on_node, name, spec, traefik.web)
+    stable_ready: list[int] = []
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            stable_ready.append(ready(node, f"{name}-v1"))
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
+    try:
+        until(lambda: ready(node, f"{name}-v1"), "stable ready")
+        low = ready(node, f"{name}-v1")
+        watcher.start()
+        set_version(node, name, 3)
+        until(lambda: rollout(node, name).get("phase") == "Aborted", "the canary aborted", 240)
+        until(lambda: weights(node, name) == {f"{name}-v1": 100}, "all traffic back on v1", 30)
+        time.sleep(5)  # requests in flight to the canary finish; then no more reach it
+    finally:
+        watching.set()
+        summary = load.finish()
+    verdicts = rollout(node, name).get("verdicts") or []
+    assert any(v["verdict"] == "Failed" and "errorRate" in v["message"] for v in verdicts), verdicts
+    assert min(stable_ready) >= low, stable_ready  # no capacity dip on stable
+    caused_elsewhere = [f for f in summary.failures if INJECTED not in f.message]
+    assert not caused_elsewhere, caused_elsewhere
+    print(f"\nLocust: {summary.total.requests} requests, {summary.total.failures} failed by v3")
