@@ -130,6 +130,7 @@ class ConditionType(enum.StrEnum):
     DEGRADED = "Degraded"
     METRICS_AVAILABLE = "MetricsAvailable"
     SCALING_LIMITED = "ScalingLimited"
+    ROUTES_ACCEPTED = "RoutesAccepted"  # Kubernetes with a Gateway: the routes' status
 
 
 class ConditionStatus(enum.StrEnum):

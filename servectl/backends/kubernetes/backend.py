@@ -36,6 +36,7 @@ from typing import Any
 
 from servectl.api import models
 from servectl.backends.kubernetes import objects as obj
+from servectl.backends.kubernetes import route_status
 from servectl.backends.kubernetes.cache import Informer
 from servectl.backends.kubernetes.kube import (
     CONFIGMAPS,
@@ -469,7 +470,49 @@ class KubeBackend:
             doc["header"] = header
         return doc
 
+    def routes_condition(self, status: models.ModelServiceStatus) -> models.ModelServiceStatus:
+        """``status`` with ``RoutesAccepted`` from the routes' own status (route_status),
+        its transition time kept while it holds; an event when it turns False or back."""
+        if self.options.traffic != obj.TrafficProvider.GATEWAY:
+            return status
+        routes = [
+            (kind, None if cache is None else cache.get(self.namespace, name))
+            for kind, cache, name in (
+                ("HTTPRoute", self.caches.httproutes, self.name),
+                ("GRPCRoute", self.caches.grpcroutes, f"{self.name}-grpc"),
+            )
+        ]
+        gw = self.options.gateway
+        found = route_status.verdict(
+            routes,
+            namespace=self.namespace,
+            gateway=None if gw is None else (gw[0] or self.namespace, gw[1]),
+        )
+        kind = models.ConditionType.ROUTES_ACCEPTED
+        if found is None:
+            return status
+        live = self.load_status()
+        old = live.condition(kind) if live is not None else None
+        wall = self._wall()
+        new_status = models.ConditionStatus(found.status)
+        same = old is not None and old.status is new_status
+        since = old.last_transition_time if same and old is not None else None
+        condition = models.Condition(
+            type=kind,
+            status=new_status,
+            reason=found.reason,
+            message=found.message,
+            last_transition_time=since or datetime.fromtimestamp(wall, tz=UTC),
+        )
+        if not same and new_status is models.ConditionStatus.FALSE:
+            self.event("Warning", route_status.NOT_ACCEPTED, found.message, wall)
+        elif not same and old is not None and old.status is models.ConditionStatus.FALSE:
+            self.event("Normal", route_status.ACCEPTED, "every route is accepted again", wall)
+        kept = [c for c in status.conditions if c.type is not kind]
+        return status.model_copy(update={"conditions": [*kept, condition]})
+
     def write_status(self, status: models.ModelServiceStatus) -> None:
+        status = self.routes_condition(status)
         generation = (self.doc.get("metadata") or {}).get("generation")
         body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         if generation is not None:

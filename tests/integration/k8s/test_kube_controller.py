@@ -640,3 +640,80 @@ def test_probes_and_the_controllers_own_metrics(harness: Harness) -> None:
         text,
     )
     assert applies and sum(float(n) for n in applies) >= 1
+
+
+def test_the_gateways_verdict_on_the_routes_becomes_routes_accepted(harness: Harness) -> None:
+    """No Gateway implementation runs beside kwok: the test writes the routes' status as
+    one does (the real node's Traefik is in tests/integration/k8s_node/test_controller.py)."""
+    harness.controller()
+    harness.create(ms_doc("rt", harness.namespace))
+
+    def condition() -> dict[str, Any] | None:
+        found = (harness.ms("rt").get("status") or {}).get("conditions") or []
+        return next((c for c in found if c["type"] == "RoutesAccepted"), None)
+
+    pending = eventually(condition, "RoutesAccepted while no Gateway answered")
+    assert (pending["status"], pending["reason"]) == ("Unknown", "Pending")
+    assert "GRPCRoute" in pending["message"] and "HTTPRoute" in pending["message"]
+
+    def verdict(status: str, reason: str) -> dict[str, Any]:
+        return {
+            "parents": [
+                {
+                    "parentRef": {"name": "public"},
+                    "controllerName": "example.com/gateway",
+                    "conditions": [
+                        {
+                            "type": "Accepted",
+                            "status": status,
+                            "reason": reason,
+                            "message": "listener allows no routes from this namespace",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                            "observedGeneration": 1,
+                        },
+                        {
+                            "type": "ResolvedRefs",
+                            "status": "True",
+                            "reason": "ResolvedRefs",
+                            "message": "",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                            "observedGeneration": 1,
+                        },
+                    ],
+                }
+            ]
+        }
+
+    harness.kube.merge_patch(
+        GRPCROUTES,
+        harness.namespace,
+        "rt-grpc",
+        {"status": verdict("True", "Accepted")},
+        sub="status",
+    )
+    harness.kube.merge_patch(
+        HTTPROUTES,
+        harness.namespace,
+        "rt",
+        {"status": verdict("False", "NotAllowedByListeners")},
+        sub="status",
+    )
+    refused = eventually(
+        lambda: ((c := condition()) is not None and c["status"] == "False" and c) or None,
+        "RoutesAccepted False",
+    )
+    assert refused["reason"] == "NotAllowedByListeners"
+    assert "listener allows no routes from this namespace" in refused["message"]
+    events = harness.kube.request(
+        "GET",
+        f"/api/v1/namespaces/{harness.namespace}/events",
+        query={"fieldSelector": "involvedObject.name=rt"},
+    )["items"]
+    assert any(e["reason"] == "RouteNotAccepted" and e["type"] == "Warning" for e in events)
+    harness.kube.merge_patch(
+        HTTPROUTES, harness.namespace, "rt", {"status": verdict("True", "Accepted")}, sub="status"
+    )
+    eventually(
+        lambda: ((c := condition()) is not None and c["status"] == "True") or None,
+        "RoutesAccepted True once the Gateway accepts both",
+    )

@@ -54,6 +54,13 @@ def test_a_model_service_serves_through_the_gateway(
         return found.get("Accepted") == "True" and found.get("ResolvedRefs") == "True"
 
     until(accepted, "the HTTPRoute Accepted by Traefik with its references resolved")
+    path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{SERVICE}"
+    # What Traefik says of both routes reaches the ModelService's conditions.
+    until(
+        lambda: conditions(get(node, path)).get("RoutesAccepted") == "True",
+        "RoutesAccepted True on the ModelService",
+        30,
+    )
 
     last: list[str] = []
 

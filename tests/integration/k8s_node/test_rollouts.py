@@ -283,3 +283,64 @@ def test_a_failing_canary_is_aborted_under_load_with_no_dip_in_stable(
     caused_elsewhere = [f for f in summary.failures if INJECTED not in f.message]
     assert not caused_elsewhere, caused_elsewhere
     print(f"\nLocust: {summary.total.requests} requests, {summary.total.failures} failed by v3")
+
+
+def lease_holder(node: Node) -> str:
+    lease = get(
+        node,
+        f"/apis/coordination.k8s.io/v1/namespaces/{stack.CONTROLLER_NAMESPACE}/leases/"
+        "servectl-controller",
+    )
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def test_the_controller_pod_deleted_mid_rollout_the_other_takes_the_lease_and_goes_on(
+    node: Node,
+    traefik: gateway.Ports,
+    servectl_on_node: stack.Images,
+    service: list[str],
+    tmp_path: Path,
+) -> None:
+    name = "lease"
+    service.append(name)
+    spec = {
+        "strategy": "canary",
+        "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
+        "drainSeconds": 3,
+    }
+    start(node, servectl_on_node, name, spec, traefik.web)
+    load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
+    try:
+        set_version(node, name, 2)
+        until(
+            lambda: (
+                rollout(node, name).get("phase") == "Paused"
+                and weights(node, name).get(f"{name}-v2") == 30
+            ),
+            "the canary paused at 30 %",
+            180,
+        )
+        step = rollout(node, name)["step"]
+        leader = until(lambda: lease_holder(node), "a Lease holder")
+        pods = f"/api/v1/namespaces/{stack.CONTROLLER_NAMESPACE}/pods"
+        status, answer = node.cluster.request("DELETE", f"{pods}/{leader}")
+        assert status == 200, answer
+        deleted = time.monotonic()
+        successor = until(
+            lambda: (holder := lease_holder(node)) not in ("", leader) and holder,
+            "another controller pod holding the Lease",
+            60,
+        )
+        took = time.monotonic() - deleted
+        # The new leader carries on from status: same step, same weights, still paused.
+        time.sleep(10)
+        assert rollout(node, name)["step"] == step
+        assert rollout(node, name)["phase"] == "Paused"
+        assert weights(node, name) == {f"{name}-v1": 70, f"{name}-v2": 30}
+        done = servectl(node, "rollout", "resume", name, "-n", NS)
+        assert done.returncode == 0, done.stdout + done.stderr
+        until(lambda: rollout(node, name).get("phase") == "Completed", "the rollout completed", 120)
+    finally:
+        summary = load.finish()
+    print(f"\nLease: {leader} deleted, {successor} took over in {took:.1f} s")
+    assert summary.total.failures == 0, summary.failures
