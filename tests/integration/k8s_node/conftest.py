@@ -6,11 +6,12 @@ plane and a kubelet that runs pods through containerd on a bridge of this machin
   (and the host put back) at the module's end;
   ~5-7 s to start on 2 cores, so each module gets its own.
 - ``core``: a ``CoreV1Api`` on it.
-- ``traefik`` (module): Traefik and the Gateway traefik/servectl; ``monitoring`` (module):
-  Prometheus and kube-state-metrics (servectl.testing.k8s.monitoring).
-- ``servectl_on_node`` (module): the images imported, the demo models on a volume claimed in
-  `NS`, the controller installed by the Helm chart (two replicas, leader election) reading
-  that Prometheus.
+- ``traefik`` (module): Traefik and the Gateway traefik/servectl.
+
+``stack/`` shares one node for all its modules (package scope), with Traefik, Prometheus
+and kube-state-metrics (servectl.testing.k8s.monitoring), and servectl installed by its
+Helm chart: `started_node`, `install_traefik`, `started_monitoring` and
+`install_servectl` are the steps.
 
 A machine that cannot run a node (not root, no containerd, runc or CNI plugins, no kubelet
 built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
@@ -18,6 +19,7 @@ built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -76,10 +78,11 @@ def node_bin_dir() -> Path:
     return bin_dir
 
 
-@pytest.fixture(scope="module")
-def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    crds = [*CRDS, *gateway_api_crds(node_bin_dir)]
-    started = Node.start(tmp_path_factory.mktemp("node"), bin_dir=node_bin_dir, crds=crds)
+@contextlib.contextmanager
+def started_node(bin_dir: Path, factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A node with servectl's CRDs and the Gateway API's; stopped, the host put back."""
+    crds = [*CRDS, *gateway_api_crds(bin_dir)]
+    started = Node.start(factory.mktemp("node"), bin_dir=bin_dir, crds=crds)
     try:
         yield started
     finally:
@@ -87,40 +90,28 @@ def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         assert not left, f"the node did not put the host back: {left}"
 
 
-@pytest.fixture
-def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
-    client = node.cluster.api_client()
-    try:
-        yield kubernetes.client.CoreV1Api(client)
-    finally:
-        client.close()
-
-
-@pytest.fixture(scope="module")
-def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[gateway.Ports]:
-    """Traefik installed on the module's node, the Gateway traefik/servectl; its ports."""
+def install_traefik(node: Node, factory: pytest.TempPathFactory) -> gateway.Ports:
+    """Traefik installed on ``node``, the Gateway traefik/servectl; its ports."""
     binary = gateway.traefik_binary()
     require(binary is not None, f"no Traefik binary; {gateway.BUILD_HINT}")
     assert binary is not None
-    made = tmp_path_factory.mktemp("gateway")
+    made = factory.mktemp("gateway")
     gateway.traefik_image(made / "traefik.tar", binary)
     node.load_image(made / "traefik.tar")
     ports = gateway.Ports(web=processes.free_port(), admin=processes.free_port())
     node.apply(gateway.manifests(ports))
     until(lambda: ok(f"http://127.0.0.1:{ports.admin}/ping"), "Traefik answering /ping", 90)
-    yield ports
+    return ports
 
 
-@pytest.fixture(scope="module")
-def monitoring(
-    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def started_monitoring(
+    node: Node, traefik: gateway.Ports, factory: pytest.TempPathFactory
 ) -> Iterator[Monitoring]:
     """Prometheus on this machine scraping the node (kubelet cAdvisor, kube-state-metrics
     in a pod, the model servers with the users' scrape job, Traefik)."""
     try:
-        started = Monitoring.start(
-            node, tmp_path_factory.mktemp("monitoring"), traefik_admin=traefik.admin
-        )
+        started = Monitoring.start(node, factory.mktemp("monitoring"), traefik_admin=traefik.admin)
     except MonitoringUnavailable as why:
         require(False, str(why))
         raise
@@ -130,13 +121,11 @@ def monitoring(
         started.stop()
 
 
-@pytest.fixture(scope="module")
-def servectl_on_node(
-    node: Node,
-    traefik: gateway.Ports,
-    monitoring: Monitoring,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[stack.Images]:
+def install_servectl(
+    node: Node, monitoring: Monitoring, factory: pytest.TempPathFactory
+) -> stack.Images:
+    """The images imported, the demo models on a volume claimed in `NS`, the chart
+    installed (two controller replicas) reading ``monitoring``'s Prometheus."""
     began = time.monotonic()
     built = stack.build_images()
     print(f"\nimages ready in {time.monotonic() - began:.0f} s")
@@ -146,7 +135,7 @@ def servectl_on_node(
         print(f"{tarball.name} imported in {time.monotonic() - began:.0f} s")
     from servectl.modelserver.demo import export_demo
 
-    models = tmp_path_factory.mktemp("models")
+    models = factory.mktemp("models")
     export_demo(models, cost=400)
     models.chmod(0o755)  # read by the model server's non-root user through the volume
     node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
@@ -160,7 +149,27 @@ def servectl_on_node(
         replicas=2,
     )
     print(f"helm install --wait took {time.monotonic() - began:.0f} s")
-    yield built
+    return built
+
+
+@pytest.fixture(scope="module")
+def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    with started_node(node_bin_dir, tmp_path_factory) as started:
+        yield started
+
+
+@pytest.fixture
+def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
+    client = node.cluster.api_client()
+    try:
+        yield kubernetes.client.CoreV1Api(client)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> gateway.Ports:
+    return install_traefik(node, tmp_path_factory)
 
 
 def get(node: Node, path: str) -> dict[str, Any]:

@@ -24,25 +24,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.node import Node
 from servectl.testing.load import Load
-from tests.integration.k8s_node.conftest import NS, get, predict, until
+from tests.integration.k8s_node.conftest import NS, get, until
+from tests.integration.k8s_node.stack.conftest import (
+    MODELSERVICES,
+    ready,
+    set_version,
+    start,
+    weights,
+)
 
 INJECTED = "injected failure"  # what cost_model v3 answers for the requests it fails
 RPS = 25.0
-MODELSERVICES = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices"
-
-
-def service_doc(name: str, image: str, rollout: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "servectl.io/v1alpha1",
-        "kind": "ModelService",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
-            "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
-            "rollout": rollout,
-        },
-    }
 
 
 def gateway_counts(traefik: gateway.Ports, service: str) -> Counter[str]:
@@ -67,22 +59,10 @@ def rollout(node: Node, name: str) -> dict[str, Any]:
     return dict((get(node, f"{MODELSERVICES}/{name}").get("status") or {}).get("rollout") or {})
 
 
-def weights(node: Node, name: str) -> dict[str, int]:
-    from servectl.backends.kubernetes import objects
-
-    route = get(node, f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{name}")
-    return objects.route_weights(route or None)[0]
-
-
 def servectl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a user runs it against the node's cluster."""
     argv = [sys.executable, "-m", "servectl", *args, "--kubeconfig", str(node.cluster.kubeconfig)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-
-
-def ready(node: Node, deployment: str) -> int:
-    path = f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}"
-    return int((get(node, path).get("status") or {}).get("readyReplicas") or 0)
 
 
 def measure_split(traefik: gateway.Ports, service: str, at_least: int) -> dict[str, float]:
@@ -106,31 +86,6 @@ def service(node: Node) -> Iterator[list[str]]:
     yield created
     for name in created:
         node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
-
-
-def start(node: Node, images: stack.Images, name: str, spec: dict[str, Any], web: int) -> None:
-    """Create the ModelService at v1 and wait until it answers through the Gateway."""
-    node.apply([service_doc(name, images.model_server_ref, spec)])
-    until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
-    until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
-
-    def answers() -> bool:
-        try:
-            return bool(predict(web))
-        except OSError:
-            return False
-
-    until(answers, "predictions through the Gateway", 30)
-
-
-def set_version(node: Node, name: str, version: int) -> None:
-    status, answer = node.cluster.request(
-        "PATCH",
-        f"{MODELSERVICES}/{name}",
-        {"spec": {"model": {"version": version}}},
-        content_type="application/merge-patch+json",
-    )
-    assert status == 200, answer
 
 
 def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(

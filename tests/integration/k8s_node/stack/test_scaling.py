@@ -18,7 +18,7 @@ from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
 from servectl.testing.load import Load
 from tests.integration.k8s_node.conftest import NS, get, until
-from tests.integration.k8s_node.test_rollouts import start
+from tests.integration.k8s_node.stack.conftest import start
 
 NAME = "step"
 SLO_MS = 250.0
@@ -252,14 +252,15 @@ def test_pods_keep_running_through_a_kubelet_restart(
     start(node, servectl_on_node, name, {"strategy": "canary"}, traefik.web)
     pods = f"/api/v1/namespaces/{NS}/pods?labelSelector=servectl.io/service={name}"
 
+    slices = (
+        f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+        f"?labelSelector=kubernetes.io/service-name={name}-v1"
+    )
+
     def ready_now() -> bool:
-        found = get(node, pods).get("items", [])
-        return bool(found) and all(
-            c["status"] == "True"
-            for p in found
-            for c in p["status"].get("conditions", [])
-            if c["type"] == "Ready"
-        )
+        """Every endpoint of the revision's Service ready: what the Gateway routes to."""
+        found = [e for s in get(node, slices).get("items", []) for e in s.get("endpoints") or []]
+        return bool(found) and all((e.get("conditions") or {}).get("ready") for e in found)
 
     before = {p["metadata"]["uid"] for p in get(node, pods)["items"]}
     not_ready: list[float] = []  # moments the pod was seen NotReady
@@ -277,8 +278,8 @@ def test_pods_keep_running_through_a_kubelet_restart(
         time.sleep(5)
         watcher.start()
         node.restart("kubelet")
-        until(ready_now, "the pod Ready again", 30)
-        time.sleep(5)
+        until(ready_now, "the endpoint ready again", 30)
+        time.sleep(10)
     except BaseException:
         load.abandon()
         raise
@@ -288,15 +289,17 @@ def test_pods_keep_running_through_a_kubelet_restart(
     after = get(node, pods)["items"]
     window = (not_ready[-1] - not_ready[0] + 0.1) if not_ready else 0.0
     print(
-        f"\nkubelet restart: pod NotReady for {window:.1f} s; {summary.total.requests} "
+        f"\nkubelet restart: endpoint not ready for {window:.1f} s ({len(not_ready)} samples); "
+        f"{summary.total.requests} "
         f"requests, {summary.total.failures} failed ({[f.message for f in summary.failures]})"
     )
     assert {p["metadata"]["uid"] for p in after} == before  # the same pods, not new ones
     assert all(c["restartCount"] == 0 for p in after for c in p["status"]["containerStatuses"])
-    assert summary.total.requests > 50
+    assert summary.total.requests > 75
     assert all("503" in f.message for f in summary.failures), summary.failures
-    # Failures only while NotReady: at most the load's rate over that window, plus a second.
-    assert summary.total.failures <= BASE * (window + 1.0), (window, summary.failures)
+    # Failures only around the moment it is not ready: the load's rate over that window and
+    # Traefik's 2 s throttle, plus a second.
+    assert summary.total.failures <= BASE * (window + 3.0), (window, summary.failures)
     node.cluster.request(
         "DELETE", f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{name}"
     )

@@ -10,8 +10,11 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
@@ -19,6 +22,14 @@ from servectl.testing.k8s.node import Node
 from tests.integration.k8s_node.conftest import NS, conditions, get, pod_logs, predict, until
 
 SERVICE = "cost"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup(node: Node) -> Iterator[None]:
+    """The node is shared with the other modules here: free its CPU afterwards."""
+    yield
+    path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{SERVICE}"
+    node.cluster.request("DELETE", path)
 
 
 def test_a_model_service_serves_through_the_gateway(

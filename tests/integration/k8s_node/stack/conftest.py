@@ -1,0 +1,104 @@
+"""One node for every module here (package scope: ~1 min of set-up saved per module): Traefik
+as the Gateway, Prometheus with kube-state-metrics, servectl installed by its Helm chart.
+Each test deletes the ModelServices it made, so the next finds the node's CPU free."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.monitoring import Monitoring
+from servectl.testing.k8s.node import Node
+from tests.integration.k8s_node.conftest import (
+    NS,
+    get,
+    install_servectl,
+    install_traefik,
+    predict,
+    started_monitoring,
+    started_node,
+    until,
+)
+
+MODELSERVICES = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices"
+
+
+@pytest.fixture(scope="package")
+def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    with started_node(node_bin_dir, tmp_path_factory) as started:
+        yield started
+
+
+@pytest.fixture(scope="package")
+def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> gateway.Ports:
+    return install_traefik(node, tmp_path_factory)
+
+
+@pytest.fixture(scope="package")
+def monitoring(
+    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Monitoring]:
+    with started_monitoring(node, traefik, tmp_path_factory) as started:
+        yield started
+
+
+@pytest.fixture(scope="package")
+def servectl_on_node(
+    node: Node, monitoring: Monitoring, tmp_path_factory: pytest.TempPathFactory
+) -> stack.Images:
+    return install_servectl(node, monitoring, tmp_path_factory)
+
+
+def service_doc(name: str, image: str, rollout: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "servectl.io/v1alpha1",
+        "kind": "ModelService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
+            "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
+            "rollout": rollout,
+        },
+    }
+
+
+def weights(node: Node, name: str) -> dict[str, int]:
+    from servectl.backends.kubernetes import objects
+
+    route = get(node, f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{name}")
+    return objects.route_weights(route or None)[0]
+
+
+def ready(node: Node, deployment: str) -> int:
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}"
+    return int((get(node, path).get("status") or {}).get("readyReplicas") or 0)
+
+
+def start(node: Node, images: stack.Images, name: str, spec: dict[str, Any], web: int) -> None:
+    """Create the ModelService at v1 and wait until it answers through the Gateway."""
+    node.apply([service_doc(name, images.model_server_ref, spec)])
+    until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
+    until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
+
+    def answers() -> bool:
+        try:
+            return bool(predict(web))
+        except OSError:
+            return False
+
+    until(answers, "predictions through the Gateway", 30)
+
+
+def set_version(node: Node, name: str, version: int) -> None:
+    status, answer = node.cluster.request(
+        "PATCH",
+        f"{MODELSERVICES}/{name}",
+        {"spec": {"model": {"version": version}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200, answer
