@@ -295,7 +295,7 @@ def test_pods_keep_running_through_a_kubelet_restart(
     )
     assert {p["metadata"]["uid"] for p in after} == before  # the same pods, not new ones
     assert all(c["restartCount"] == 0 for p in after for c in p["status"]["containerStatuses"])
-    assert summary.total.requests > 75
+    assert summary.total.requests > 50  # ~14 s at 5 requests/s
     assert all("503" in f.message for f in summary.failures), summary.failures
     # Failures only around the moment it is not ready: the load's rate over that window and
     # Traefik's 2 s throttle, plus a second.
