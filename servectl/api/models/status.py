@@ -165,7 +165,8 @@ class ModelServiceStatus(StatusModel):
     autoscaling: AutoscalingStatus | None = Field(default=None, description="Last decision.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded, MetricsAvailable, ScalingLimited.",
+        description="Ready, Progressing, Degraded, MetricsAvailable, ScalingLimited, "
+        "RoutesAccepted (with a Gateway).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     loop: dict[str, Any] = Field(
