@@ -53,7 +53,10 @@ def servectl_on_node(
     return install_servectl(node, monitoring, tmp_path_factory)
 
 
-def service_doc(name: str, image: str, rollout: dict[str, Any]) -> dict[str, Any]:
+def service_doc(
+    name: str, image: str, rollout: dict[str, Any], autoscaling: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """cost_model v1 from the models claim at 250m CPU, 1-3 replicas unless ``autoscaling``."""
     return {
         "apiVersion": "servectl.io/v1alpha1",
         "kind": "ModelService",
@@ -61,7 +64,7 @@ def service_doc(name: str, image: str, rollout: dict[str, Any]) -> dict[str, Any
         "spec": {
             "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
             "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 3},
+            "autoscaling": autoscaling or {"minReplicas": 1, "maxReplicas": 3},
             "rollout": rollout,
         },
     }
@@ -79,9 +82,16 @@ def ready(node: Node, deployment: str) -> int:
     return int((get(node, path).get("status") or {}).get("readyReplicas") or 0)
 
 
-def start(node: Node, images: stack.Images, name: str, spec: dict[str, Any], web: int) -> None:
+def start(
+    node: Node,
+    images: stack.Images,
+    name: str,
+    spec: dict[str, Any],
+    web: int,
+    autoscaling: dict[str, Any] | None = None,
+) -> None:
     """Create the ModelService at v1 and wait until it answers through the Gateway."""
-    node.apply([service_doc(name, images.model_server_ref, spec)])
+    node.apply([service_doc(name, images.model_server_ref, spec, autoscaling)])
     until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
     until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from servectl.metrics.config import MetricsConfig
 from servectl.metrics.source import PrometheusSource
@@ -42,29 +41,19 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
     servectl_on_node: stack.Images,
     tmp_path: Path,
 ) -> None:
-    rollout: dict[str, Any] = {"strategy": "canary", "drainSeconds": 5}
-    start(node, servectl_on_node, NAME, rollout, traefik.web)
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "coldStartSeconds": 10,
+        "signals": [
+            {"type": "rps", "targetPerReplica": PER_REPLICA},
+            {"type": "latency", "percentile": 99, "targetMs": SLO_MS},
+        ],
+        "behavior": {"scaleDown": {"stabilizationSeconds": 15}},
+    }
+    rollout = {"strategy": "canary", "drainSeconds": 5}
+    start(node, servectl_on_node, NAME, rollout, traefik.web, autoscaling)
     path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{NAME}"
-    status, answer = node.cluster.request(
-        "PATCH",
-        path,
-        {
-            "spec": {
-                "autoscaling": {
-                    "minReplicas": 1,
-                    "maxReplicas": 4,
-                    "coldStartSeconds": 10,
-                    "signals": [
-                        {"type": "rps", "targetPerReplica": PER_REPLICA},
-                        {"type": "latency", "percentile": 99, "targetMs": SLO_MS},
-                    ],
-                    "behavior": {"scaleDown": {"stabilizationSeconds": 15}},
-                }
-            }
-        },
-        content_type="application/merge-patch+json",
-    )
-    assert status == 200, answer
     source = PrometheusSource(monitoring.url, MetricsConfig())
     p99: list[tuple[float, float]] = []  # (seconds after the step, ms)
     sizes: list[tuple[float, int, int]] = []  # (seconds after the step, desired, ready)
@@ -173,24 +162,15 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     ModelService says so (MetricsAvailable False, event MetricsUnavailable). Prometheus back:
     MetricsRestored, and the load that came meanwhile scales the service out."""
     name = "hold"
-    start(node, servectl_on_node, name, {"strategy": "canary", "drainSeconds": 5}, traefik.web)
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "signals": [{"type": "rps", "targetPerReplica": PER_REPLICA}],
+    }
+    rollout = {"strategy": "canary", "drainSeconds": 5}
+    start(node, servectl_on_node, name, rollout, traefik.web, autoscaling)
     deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}-v1"
     path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{name}"
-    status, answer = node.cluster.request(
-        "PATCH",
-        path,
-        {
-            "spec": {
-                "autoscaling": {
-                    "minReplicas": 1,
-                    "maxReplicas": 3,
-                    "signals": [{"type": "rps", "targetPerReplica": PER_REPLICA}],
-                }
-            }
-        },
-        content_type="application/merge-patch+json",
-    )
-    assert status == 200, answer
 
     def desired() -> int:
         return int((get(node, deployment).get("spec") or {}).get("replicas") or 0)
