@@ -48,14 +48,15 @@ def timestamp(now: float) -> datetime:
     return datetime.fromtimestamp(now, tz=UTC)
 
 
-def _condition(
+def condition(
     kind: models.ConditionType,
     status: models.ConditionStatus,
-    reason: ConditionReason,
+    reason: str,
     message: str,
     now: float,
     previous: models.ModelServiceStatus | None,
 ) -> models.Condition:
+    """A condition whose transition time is ``previous``'s while its status holds."""
     old = previous.condition(kind) if previous is not None else None
     since = (
         old.last_transition_time
@@ -180,7 +181,7 @@ def build(
         ready = (S.FALSE, ConditionReason.NO_READY_REPLICA, "no revision receives traffic")
     else:
         ready = (S.TRUE, ConditionReason.SERVING, "every revision with traffic has a ready replica")
-    conditions = [_condition(C.READY, *ready, now, previous)]
+    conditions = [condition(C.READY, *ready, now, previous)]
     phase = rollout.phase
     progressing = {
         models.RolloutPhase.PROGRESSING: (S.TRUE, ConditionReason.ROLLOUT_RUNNING),
@@ -191,11 +192,11 @@ def build(
         models.RolloutPhase.IDLE: (S.FALSE, ConditionReason.ROLLOUT_IDLE),
     }[phase]
     conditions.append(
-        _condition(C.PROGRESSING, *progressing, rollout.message or str(phase), now, previous)
+        condition(C.PROGRESSING, *progressing, rollout.message or str(phase), now, previous)
     )
     degraded = phase in (models.RolloutPhase.DEGRADED, models.RolloutPhase.ABORTED)
     conditions.append(
-        _condition(
+        condition(
             C.DEGRADED,
             S.TRUE if degraded else S.FALSE,
             progressing[1] if degraded else ConditionReason.HEALTHY,
@@ -205,7 +206,7 @@ def build(
         )
     )
     conditions.append(
-        _condition(
+        condition(
             C.METRICS_AVAILABLE,
             S.TRUE if observed.metrics_ok else S.FALSE,
             ConditionReason.METRICS_OK if observed.metrics_ok else ConditionReason.METRICS_STALE,
@@ -241,7 +242,7 @@ def build(
         )
     else:
         limited = (S.FALSE, ConditionReason.WITHIN_BOUNDS, "")
-    conditions.append(_condition(C.SCALING_LIMITED, *limited, now, previous))
+    conditions.append(condition(C.SCALING_LIMITED, *limited, now, previous))
 
     status = models.ModelServiceStatus(
         revisions=revisions, rollout=rollout, autoscaling=autoscaling, conditions=conditions

@@ -52,6 +52,7 @@ from servectl.backends.kubernetes.kube import (
     KubeError,
 )
 from servectl.controller import state as state_codec
+from servectl.controller import status as status_conditions
 from servectl.controller.backend import Event
 from servectl.controller.decide import Command, LoopState
 from servectl.controller.observe import RevisionState, observe
@@ -476,10 +477,15 @@ class KubeBackend:
         if self.options.traffic != obj.TrafficProvider.GATEWAY:
             return status
         routes = [
-            (kind, None if cache is None else cache.get(self.namespace, name))
-            for kind, cache, name in (
-                ("HTTPRoute", self.caches.httproutes, self.name),
-                ("GRPCRoute", self.caches.grpcroutes, f"{self.name}-grpc"),
+            (
+                kind,
+                None
+                if cache is None
+                else cache.get(self.namespace, obj.route_name(self.name, grpc=grpc)),
+            )
+            for kind, cache, grpc in (
+                ("HTTPRoute", self.caches.httproutes, False),
+                ("GRPCRoute", self.caches.grpcroutes, True),
             )
         ]
         gw = self.options.gateway
@@ -488,26 +494,20 @@ class KubeBackend:
             namespace=self.namespace,
             gateway=None if gw is None else (gw[0] or self.namespace, gw[1]),
         )
-        kind = models.ConditionType.ROUTES_ACCEPTED
         if found is None:
             return status
+        kind = models.ConditionType.ROUTES_ACCEPTED
         live = self.load_status()
         old = live.condition(kind) if live is not None else None
         wall = self._wall()
-        new_status = models.ConditionStatus(found.status)
-        same = old is not None and old.status is new_status
-        since = old.last_transition_time if same and old is not None else None
-        condition = models.Condition(
-            type=kind,
-            status=new_status,
-            reason=found.reason,
-            message=found.message,
-            last_transition_time=since or datetime.fromtimestamp(wall, tz=UTC),
+        condition = status_conditions.condition(
+            kind, models.ConditionStatus(found.status), found.reason, found.message, wall, live
         )
-        if not same and new_status is models.ConditionStatus.FALSE:
-            self.event("Warning", route_status.NOT_ACCEPTED, found.message, wall)
-        elif not same and old is not None and old.status is models.ConditionStatus.FALSE:
-            self.event("Normal", route_status.ACCEPTED, "every route is accepted again", wall)
+        if old is None or old.status is not condition.status:
+            if condition.status is models.ConditionStatus.FALSE:
+                self.event("Warning", route_status.NOT_ACCEPTED, found.message, wall)
+            elif old is not None and old.status is models.ConditionStatus.FALSE:
+                self.event("Normal", route_status.ACCEPTED, "every route is accepted again", wall)
         kept = [c for c in status.conditions if c.type is not kind]
         return status.model_copy(update={"conditions": [*kept, condition]})
 

@@ -450,10 +450,15 @@ def route(
         {
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "GRPCRoute" if grpc else "HTTPRoute",
-            "metadata": _meta(ms, f"{name}-grpc" if grpc else name, labels(name)),
+            "metadata": _meta(ms, route_name(name, grpc=grpc), labels(name)),
             "spec": spec,
         }
     )
+
+
+def route_name(service: str, *, grpc: bool = False) -> str:
+    """The service's HTTPRoute is ``<service>``, its GRPCRoute ``<service>-grpc``."""
+    return f"{service}-grpc" if grpc else service
 
 
 def route_weights(doc: Mapping[str, Any] | None) -> tuple[dict[str, int], str | None]:
