@@ -11,8 +11,9 @@
 - :mod:`~servectl.backends.local.backend`: ``LocalBackend``, one service as a
   :class:`servectl.controller.backend.Backend`;
 - :mod:`~servectl.backends.local.runtime`: the controller (every piece, and the 1 s loop);
-- :mod:`~servectl.backends.local.client`: what the CLI does to the store;
-- :mod:`~servectl.backends.local.demo`: ``servectl demo``.
+- :mod:`~servectl.backends.local.client`: what the CLI does to the store.
+
+``servectl demo`` runs on it from servectl.demo.local.
 
 It never imports another backend (import-linter: "Backends are independent").
 """

@@ -43,9 +43,9 @@ from servectl.backends.local import router as router_mod
 from servectl.backends.local import router_model
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.client import ClientError, LocalClient
-from servectl.backends.local.demo import DemoError
 from servectl.backends.local.runtime import Runtime
 from servectl.backends.local.store import StoreError
+from servectl.demo.story import DemoError
 from servectl.metrics.server import PrometheusError
 from servectl.modelserver.demo import DemoExportError
 from servectl.processes import free_port, rss_bytes
@@ -555,10 +555,11 @@ def replica_figures(
 
 def demo_figures(work: Path, *, progress: Progress = _quiet) -> list[Figure]:
     """``servectl demo`` under ``work/demo``: its measured figures."""
-    from servectl.backends.local.demo import Demo, DemoSettings
+    from servectl.demo import local
+    from servectl.demo.story import DemoSettings
 
     settings = DemoSettings(out=work / "demo")
-    result = Demo(settings, lambda line: progress(f"demo: {line}")).run()
+    result = local.run(settings, lambda line: progress(f"demo: {line}"))
     requests = sum(p.requests for p in result.phases)
     failures = sum(p.failures for p in result.phases)
     model = sum(p.model_failures for p in result.phases)

@@ -370,6 +370,13 @@ class ControlPlane:
             if self in _LIVE:
                 _LIVE.remove(self)
 
+    def detach(self) -> None:
+        """Leave the control plane running when this process exits (`stop` at exit
+        otherwise); whoever keeps it stops it by its processes' ids (`pids`)."""
+        with _LIVE_LOCK:
+            if self in _LIVE:
+                _LIVE.remove(self)
+
     def stop_component(self, name: str) -> None:
         """Stop one component (SIGTERM, then SIGKILL after a grace), e.g. to restart it."""
         _stop_all([self._component(name)])

@@ -147,6 +147,23 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def keep(self, pids: Sequence[int] = ()) -> None:
+        """Leave the node running when this process exits (it is stopped at exit
+        otherwise); ``pids``: other processes of this machine to end with it. `stop_kept`,
+        from any process, or the next `start`, stops it and puts the host back."""
+        _host.add_pids(_RECORD, list(pids))
+        self.cluster.detach()
+        if self in _LIVE:
+            _LIVE.remove(self)
+
+    def failed(self) -> str | None:
+        """Which of the node's processes has exited, and how; None while all run."""
+        for name, process in self._processes.items():
+            code = process.poll()
+            if code is not None:
+                return f"{name} exited with code {code}; see {self.root / f'{name}.log'}"
+        return None
+
     def restart(self, name: str, timeout_s: float = 60.0) -> None:
         """Stop ``name`` (``kubelet``, ``kube-proxy`` or ``containerd``) and start it again
         with the same settings; wait until the node is Ready. The pods keep running: they
@@ -443,6 +460,14 @@ def _quietly(check: object) -> bool:
         return False
 
 
+def stop_kept() -> list[str] | None:
+    """Stop a node some process left running (`Node.keep`, or a crash) and put the host
+    back: what could not be put back (empty: all); None when no node was running."""
+    if not _RECORD.exists():
+        return None
+    return _host.restore(_RECORD)
+
+
 _LIVE: list[Node] = []
 
 
@@ -453,4 +478,13 @@ def _stop_live() -> None:
 
 atexit.register(_stop_live)
 
-__all__ = ["BRIDGE", "NODE_IP", "NODE_NAME", "POD_CIDR", "Node", "NodeUnavailable", "preflight"]
+__all__ = [
+    "BRIDGE",
+    "NODE_IP",
+    "NODE_NAME",
+    "POD_CIDR",
+    "Node",
+    "NodeUnavailable",
+    "preflight",
+    "stop_kept",
+]

@@ -1,0 +1,521 @@
+"""The demo's story, the same on every runtime, and what it measures.
+
+Under a Locust load it applies itself through the target's front (HAProxy on the local
+runtime, the Gateway on a cluster):
+
+1. **scale-up**: the load steps up x5; the service scales out and p99 comes back under
+   the SLO;
+2. **canary**: v2 (a good version) rolls out under load, is analysed and promoted;
+3. **rollback**: v3 (it fails 10 % of its requests) rolls out, fails its analysis and is
+   rolled back automatically;
+4. **scale-down**: the load goes back down and so do the replicas.
+
+A :class:`Recorder` samples the target every second (replicas, weights, rps, p99, phase,
+events) while it runs; servectl.demo.report turns that and Locust's own counts into a
+Markdown report with a PNG timeline. Every figure in the report was measured in this run.
+
+A :class:`Target` is what the story needs from a runtime, and nothing else: this module
+imports none (import-linter keeps it so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from servectl.loadtest import runner
+
+SERVICE = "cost"
+MODEL = "cost_model"
+WARMUP_RAMP_S = 20.0
+STEP_AT_S = 15.0
+INJECTED = "injected failure"  # the text of v3's own failures (servectl.modelserver.demo)
+
+
+class DemoError(RuntimeError):
+    """The demo could not go on; the message says where and what to look at."""
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    out: Path
+    base_rps: float = 8.0
+    step: float = 5.0
+    slo_ms: float = 250.0
+    cost: int = 400
+    cpu: str = "500m"
+    max_replicas: int = 4
+    keep: bool = False
+
+    @property
+    def models(self) -> Path:
+        return self.out / "models"
+
+
+ROLLOUT: dict[str, Any] = {
+    "strategy": "canary",
+    "steps": [
+        {"setWeight": 20},
+        {"analysis": {}},
+        {"setWeight": 50},
+        {"analysis": {}},
+        {"setWeight": 100},
+    ],
+    "analysis": {
+        "interval": "10s",
+        "minSamples": 40,
+        "maxExtensions": 6,
+        "checks": [
+            {"metric": "errorRate", "max": 0.02},
+            {"metric": "latencyP99", "maxRatioToStable": 2.0},
+        ],
+    },
+    "drainSeconds": 5,
+}
+"""The demo's rollout: a canary at 20 % then 50 %, judged on errors and p99 each time."""
+
+
+def autoscaling(settings: DemoSettings, cold_start_s: float) -> dict[str, Any]:
+    """CPU and p99 signals; ``cold_start_s``: how long a new replica takes to serve there
+    (the engine projects a rising load over it)."""
+    return {
+        "minReplicas": 1,
+        "maxReplicas": settings.max_replicas,
+        "signals": [
+            {"type": "cpu", "targetUtilization": 70},
+            {"type": "latency", "percentile": 99, "targetMs": settings.slo_ms},
+        ],
+        "behavior": {"scaleDown": {"stabilizationSeconds": 20}},
+        "coldStartSeconds": cold_start_s,
+    }
+
+
+class Target(Protocol):
+    """A runtime with the demo's service deployed on it. Methods may be called from the
+    recorder's thread and the story's at once."""
+
+    where: str
+    """Where the story runs, in words ("the local runtime", "a real one-node cluster")."""
+
+    def front_url(self) -> str:
+        """The service's REST front on 127.0.0.1, where Locust sends its requests."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """The ModelService's status as its JSON (``revisions``, ``rollout``, ...)."""
+        ...
+
+    def signals(self) -> dict[str, Any]:
+        """The service's signals as servectl reads them now: ``rps``,
+        ``latencyMs: {p99: ...}``, ``cpuUtilization`` (each absent or None if unknown)."""
+        ...
+
+    def new_events(self) -> list[dict[str, Any]]:
+        """Events about the service since the last call: ``time`` (epoch seconds),
+        ``type``, ``reason``, ``message``."""
+        ...
+
+    def start_rollout(self, version: int) -> None:
+        """Roll the service out to ``version`` as a user would there."""
+        ...
+
+    def check(self) -> None:
+        """Raise DemoError if the runtime stopped (the message says where to look)."""
+        ...
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the demo's load began
+    phase: str
+    offered_rps: float
+    rps: float | None
+    p99_ms: float | None
+    cpu_utilization: float | None
+    rollout: str
+    revisions: dict[str, dict[str, int]]  # name -> ready, desired, weight
+
+
+def revisions_of(status: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    return {
+        r["name"]: {
+            "ready": int(r.get("readyReplicas", 0)),
+            "desired": int(r.get("desiredReplicas", 0)),
+            "weight": int(r.get("weight", 0)),
+        }
+        for r in status.get("revisions", [])
+    }
+
+
+def p99_of(signals: Mapping[str, Any]) -> float | None:
+    value = (signals.get("latencyMs") or {}).get("p99")
+    return None if value is None else float(value)
+
+
+@dataclass
+class Recorder:
+    """Samples the target every ``every_s`` seconds from a thread (start/stop)."""
+
+    target: Target
+    t0: float
+    phase: Callable[[], tuple[str, float]]  # the demo's phase and offered rps now
+    every_s: float = 1.0
+    samples: list[Sample] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    on_sample: Callable[[Sample], None] | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _last_whole: int = -1
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="demo-recorder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # a busy runtime: try again next second
+                self.sample()
+            self._stop.wait(self.every_s)
+
+    def sample(self) -> None:
+        now = time.time()
+        phase, offered = self.phase()
+        status = self.target.status()
+        signals = self.target.signals()
+        self.samples.append(
+            Sample(
+                t=round(now - self.t0, 2),
+                phase=phase,
+                offered_rps=offered,
+                rps=signals.get("rps"),
+                p99_ms=p99_of(signals),
+                cpu_utilization=signals.get("cpuUtilization"),
+                rollout=str((status.get("rollout") or {}).get("phase", "Idle")),
+                revisions=revisions_of(status),
+            )
+        )
+        sample = self.samples[-1]
+        if self.on_sample is not None and int(sample.t) // 5 != self._last_whole:
+            self._last_whole = int(sample.t) // 5
+            self.on_sample(sample)
+        for event in self.target.new_events():
+            record = {
+                "t": round(float(event["time"]) - self.t0, 2),
+                "type": event["type"],
+                "reason": event["reason"],
+                "message": event["message"],
+            }
+            self.events.append(record)
+            if self.on_event is not None:
+                self.on_event(record)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    start_t: float
+    end_t: float
+    outcome: str
+    requests: int = 0
+    failures: int = 0
+    model_failures: int = 0  # failures the model itself returned (v3's injected ones)
+    p99_ms: float | None = None
+
+
+@dataclass
+class DemoResult:
+    settings: DemoSettings
+    where: str
+    phases: list[PhaseResult]
+    samples: list[Sample]
+    events: list[dict[str, Any]]
+    step_t: float
+    decision_s: float | None  # load step -> first scale-up decision
+    recovered_s: float | None  # load step -> p99 back under the SLO (and staying)
+    wall_s: float  # the whole demo, set-up included
+    setup_s: float = 0.0  # of which set-up (builds, runtime start, first deploy)
+    notes: list[str] = field(default_factory=list)  # lines the report adds, per runtime
+    report: Path | None = None
+    plot: Path | None = None
+
+
+class Load:
+    """One Locust run in a thread against ``url``, stopped on demand."""
+
+    def __init__(self, out: Path, url: str, name: str, trace: Sequence[tuple[float, float]]):
+        self.stop_event = threading.Event()
+        out.mkdir(parents=True, exist_ok=True)
+        trace_file = out / f"{name}.csv"
+        trace_file.write_text("t,rps\n" + "".join(f"{t:g},{r:g}\n" for t, r in trace))
+        self.config = runner.LoadTestConfig(
+            model=MODEL,
+            target=url,
+            shape="trace",
+            trace=trace_file,
+            duration_s=None,
+            out_dir=out,
+            name=name,
+        )
+        self.result: runner.LoadTestResult | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"locust-{name}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.result = runner.run(self.config, stop=self.stop_event)
+        except BaseException as exc:  # reported by the demo
+            self.error = exc
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> runner.LoadTestResult:
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+        if self.error is not None:
+            raise DemoError(f"the load test failed: {self.error}")
+        if self.result is None:
+            raise DemoError("the load test did not finish")
+        return self.result
+
+
+def _counts(result: runner.LoadTestResult) -> tuple[int, int, int, float | None]:
+    total = result.summary.total
+    model = sum(f.occurrences for f in result.summary.failures if INJECTED in f.message)
+    return total.requests, total.failures, model, total.p99_ms
+
+
+class Story:
+    """The demo's four phases against ``target``; ``say`` gets a line of progress at a
+    time."""
+
+    def __init__(self, settings: DemoSettings, target: Target, say: Callable[[str], None]):
+        self.settings = settings
+        self.target = target
+        self.say = say
+        self._phase = ("setup", 0.0)
+        self.t0 = time.time()
+
+    def phase(self) -> tuple[str, float]:
+        return self._phase
+
+    # -- helpers
+
+    def wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> float:
+        started = time.monotonic()
+        while not check():
+            self.target.check()
+            if time.monotonic() - started > timeout_s:
+                raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(0.5)
+        return time.monotonic() - started
+
+    def _rollout_doc(self) -> dict[str, Any]:
+        return dict(self.target.status().get("rollout") or {})
+
+    def _rollout(self, version: int, timeout_s: float) -> str:
+        self.target.start_rollout(version)
+        # Wait for the controller to take the change, then for the end.
+        self.wait(
+            lambda: self._rollout_doc().get("canaryVersion") == version,
+            30,
+            f"the rollout to v{version} to start",
+        )
+        self.wait(
+            lambda: self._rollout_doc().get("phase") in ("Completed", "Aborted", "Degraded"),
+            timeout_s,
+            f"the rollout to v{version} to finish",
+        )
+        return str(self._rollout_doc().get("phase"))
+
+    def _total_desired(self) -> int:
+        return sum(r["desired"] for r in revisions_of(self.target.status()).values())
+
+    def _settled(self) -> bool:
+        revisions = revisions_of(self.target.status()).values()
+        desired = sum(r["desired"] for r in revisions)
+        ready = sum(r["ready"] for r in revisions)
+        p99 = p99_of(self.target.signals())
+        return desired >= 2 and ready == desired and p99 is not None and p99 < self.settings.slo_ms
+
+    def _steady_at_base(self) -> bool:
+        rps = self.target.signals().get("rps")
+        base = self.settings.base_rps
+        return self._total_desired() == 1 and rps is not None and abs(rps - base) < 0.25 * base
+
+    def _load(self, name: str, trace: Sequence[tuple[float, float]]) -> Load:
+        load = Load(self.settings.out / "loadtest", self.target.front_url(), name, trace)
+        load.start()
+        return load
+
+    def _finish(self, load: Load) -> runner.LoadTestResult:
+        result = load.finish()
+        if result.forced_stop:
+            self.say(
+                f"warning: Locust ({load.config.name}) did not stop within "
+                f"{runner.STOP_GRACE_S:g} s and was killed; its counts are those of its last "
+                f"report, a second or more before (log: {result.log_file})"
+            )
+        return result
+
+    def _event(self, event: Mapping[str, Any]) -> None:
+        # Weights move a few percent a tick while capacity comes up: the status line
+        # every few seconds shows them; the events worth a line are the decisions.
+        if event["reason"] != "WeightsChanged":
+            self.say(f"  {event['reason']}: {event['message']}")
+
+    def _sample(self, sample: Sample) -> None:
+        revisions = "  ".join(
+            f"{name} {r['ready']}/{r['desired']} @{r['weight']}%"
+            for name, r in sorted(sample.revisions.items())
+        )
+        p99 = f"{sample.p99_ms:.0f} ms" if sample.p99_ms is not None else "-"
+        rps = f"{sample.rps:.0f}" if sample.rps is not None else "-"
+        self.say(
+            f"t={sample.t:4.0f} s  {sample.phase:<11} load {sample.offered_rps:3.0f} req/s  "
+            f"served {rps:>3}  p99 {p99:>7}  {revisions}"
+        )
+
+    # -- the story
+
+    def run(self, started: float) -> DemoResult:
+        """The four phases; ``started`` (monotonic): when the demo began, set-up included."""
+        s = self.settings
+        base, high = s.base_rps, s.base_rps * s.step
+        setup_s = time.monotonic() - started
+        # Warm-up: the base load until the service is steady on it (first requests, first
+        # scrapes and rates settle), so the step is the only change the story shows.
+        # A ramp, not a step from nothing: the autoscaler projects a rising load over a
+        # cold start, and a jump from idle would read as the start of a burst.
+        self.say(f"warm-up: ramping to {base:g} req/s, until the service is steady on it ...")
+        warmup = self._load("warmup", [(0, 1), (WARMUP_RAMP_S, base), (3600, base)])
+        try:
+            time.sleep(WARMUP_RAMP_S)
+            self.wait(self._steady_at_base, 90, "the service to be steady on the base load")
+        finally:
+            self._finish(warmup)
+        self.target.new_events()  # the set-up's events are not the story's
+        self.t0 = time.time()
+        recorder = Recorder(self.target, self.t0, self.phase)
+        recorder.on_event = self._event
+        recorder.on_sample = self._sample
+        recorder.start()
+        phases: list[PhaseResult] = []
+        try:
+            # 1. A load step x5, held through the two rollouts.
+            self._phase = ("baseline", base)
+            trace = [(0, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
+            load = self._load("high", trace)
+            self.say(f"load: {base:g} req/s, stepping to {high:g} req/s at t={STEP_AT_S:g} s")
+            time.sleep(STEP_AT_S)
+            self._phase = ("scale-up", high)
+            t_step = time.time() - self.t0
+            self.wait(self._settled, 150, "the scale-up to settle")
+            phases.append(PhaseResult("scale-up", t_step, time.time() - self.t0, "settled"))
+            # 2. A good canary under that load.
+            self._phase = ("canary v2", high)
+            t = time.time() - self.t0
+            self.say("rollout: v2 (a good version) as a canary, analysed at 20 % and 50 %")
+            outcome = self._rollout(2, 240)
+            phases.append(PhaseResult("canary v2", t, time.time() - self.t0, outcome))
+            # 3. A failing version: rolled back automatically.
+            self._phase = ("failing v3", high)
+            t = time.time() - self.t0
+            self.say("rollout: v3 (fails 10 % of its requests)")
+            outcome = self._rollout(3, 240)
+            phases.append(PhaseResult("failing v3", t, time.time() - self.t0, outcome))
+            high_result = self._finish(load)
+            # 4. The load goes back down.
+            self._phase = ("scale-down", base)
+            t = time.time() - self.t0
+            self.say(f"load: back to {base:g} req/s")
+            low = self._load("low", [(0, base), (3600, base)])
+            try:
+                self.wait(lambda: self._total_desired() <= 1, 180, "the scale-down")
+            finally:
+                low_result = self._finish(low)
+            phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
+            time.sleep(3)  # the timeline shows the last change land
+        finally:
+            recorder.stop()
+        attribute(phases, high_result, low_result)
+        decision_s, recovered_s = step_figures(recorder.events, recorder.samples, t_step, s.slo_ms)
+        return DemoResult(
+            settings=s,
+            where=self.target.where,
+            phases=phases,
+            samples=recorder.samples,
+            events=recorder.events,
+            step_t=t_step,
+            decision_s=decision_s,
+            recovered_s=recovered_s,
+            wall_s=time.monotonic() - started,
+            setup_s=setup_s,
+        )
+
+
+def attribute(
+    phases: Sequence[PhaseResult], high: runner.LoadTestResult, low: runner.LoadTestResult
+) -> None:
+    """Locust's counts per load run: the high load spans scale-up and both rollouts."""
+    requests, failures, model, p99 = _counts(high)
+    for phase in phases[:3]:
+        phase.p99_ms = p99
+    phases[0].requests, phases[0].failures = requests, failures
+    phases[0].model_failures = model
+    requests, failures, model, p99 = _counts(low)
+    phases[-1].requests, phases[-1].failures, phases[-1].model_failures = requests, failures, model
+    phases[-1].p99_ms = p99
+
+
+def scaled_up(message: str) -> bool:
+    """A Scaled event's message ("total replicas 1 -> 3 (...)") says the count rose."""
+    try:
+        before, after = message.split("total replicas ", 1)[1].split(" (", 1)[0].split(" -> ")
+        return int(after) > int(before)
+    except (IndexError, ValueError):
+        return False
+
+
+def step_figures(
+    events: Sequence[Mapping[str, Any]], samples: Sequence[Sample], t_step: float, slo_ms: float
+) -> tuple[float | None, float | None]:
+    """Load step -> first scale-up event; load step -> p99 under the SLO for 5 samples."""
+    decision = next(
+        (
+            float(e["t"]) - t_step
+            for e in events
+            if e["reason"] == "Scaled" and e["t"] >= t_step and scaled_up(e["message"])
+        ),
+        None,
+    )
+    recovered = None
+    run = 0
+    for sample in samples:
+        if sample.t < t_step:
+            continue
+        if sample.p99_ms is not None and sample.p99_ms < slo_ms and sample.t > t_step + 2:
+            run += 1
+            if run == 5:
+                recovered = sample.t - 4 - t_step
+                break
+        else:
+            run = 0
+    return decision, recovered
