@@ -97,3 +97,11 @@ class RuntimeSpec(SpecModel):
     )
     resources: Resources = Field(default_factory=Resources, description="Requests per replica.")
     batching: Batching | None = Field(default=None, description="Omitted: batching off.")
+    load_timeout_seconds: Int = Field(
+        default=600,
+        ge=10,
+        le=3600,
+        description="The longest a replica may take to load its model and open its ports "
+        "(TF Serving opens them only after loading) before it is restarted: on Kubernetes, "
+        "the startup probe's budget; liveness checks begin after it passes.",
+    )

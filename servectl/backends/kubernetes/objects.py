@@ -10,7 +10,8 @@ Per revision (``<service>-v<version>``):
   fetched from ``basePath`` by an init container for ``s3://`` and ``gs://``, mounted from a
   PersistentVolumeClaim for ``pvc://<claim>/<path>``, or read in place for a plain path;
   requests (and a GPU limit), a readiness probe that passes only once the version is
-  AVAILABLE (the metadata endpoint answers only for a loaded servable), a ``preStop``
+  AVAILABLE (the metadata endpoint answers only for a loaded servable), a startup probe
+  that gives the model ``runtime.loadTimeoutSeconds`` to load before liveness checks, a ``preStop``
   sleep of ``drainSeconds`` (TF Serving stops at SIGTERM without draining) and a grace
   period to match;
 - a **Service** ``<revision>``: the revision's pods, gRPC 8500 and REST 8501.
@@ -63,6 +64,8 @@ FETCH_IMAGES = {
 """Images of the init container that copies one version from object storage."""
 GRACE_EXTRA_S = 30
 """Grace period beyond ``drainSeconds``: TF Serving's own shutdown after the drain."""
+STARTUP_PERIOD_S = 5
+"""The startup probe's period; its failureThreshold spans ``runtime.loadTimeoutSeconds``."""
 
 
 class TrafficProvider:
@@ -290,9 +293,16 @@ def deployment(
             "periodSeconds": 2,
             "failureThreshold": 2,
         },
+        # TF Serving opens its ports once the model is loaded: the startup probe gives it
+        # loadTimeoutSeconds for that, and holds liveness off until then (a fixed initial
+        # delay would kill a slow loader, or wait on a fast one).
+        "startupProbe": {
+            "tcpSocket": {"port": "tfs-grpc"},
+            "periodSeconds": STARTUP_PERIOD_S,
+            "failureThreshold": -(-spec.runtime.load_timeout_seconds // STARTUP_PERIOD_S),
+        },
         "livenessProbe": {
             "tcpSocket": {"port": "tfs-grpc"},
-            "initialDelaySeconds": 30,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },

@@ -66,6 +66,26 @@ def test_deployment_runs_tf_serving_with_that_version_only() -> None:
     assert "max_batch_size { value: 32 }" in config["data"]["batching.config"]
 
 
+@pytest.mark.parametrize(("load", "threshold"), [(None, 120), (90, 18), (12, 3)])
+def test_the_startup_probe_spans_the_models_load_time_and_holds_liveness_off(
+    load: int | None, threshold: int
+) -> None:
+    runtime = {} if load is None else {"loadTimeoutSeconds": load}
+    c = obj.deployment(MS, spec(runtime=runtime), "resnet-v3", 3, 1)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    startup = c["startupProbe"]
+    assert startup["tcpSocket"] == {"port": "tfs-grpc"}  # open once the model is loaded
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= (load or 600)
+    assert startup["failureThreshold"] == threshold
+    assert "initialDelaySeconds" not in c["livenessProbe"]  # the startup probe gates it
+
+
+def test_a_load_timeout_out_of_range_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="loadTimeoutSeconds"):
+        spec(runtime={"loadTimeoutSeconds": 5})
+
+
 def test_a_pvc_is_mounted_read_only_and_a_path_read_in_place() -> None:
     dep = obj.deployment(
         MS, spec(model={"name": "resnet", "basePath": "pvc://m/r", "version": 1}), "resnet-v1", 1, 1
