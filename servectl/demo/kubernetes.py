@@ -28,10 +28,10 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from servectl.backends.kubernetes.backend import iso_seconds
 from servectl.demo import builds, report
 from servectl.demo.story import (
     MODEL,
@@ -42,6 +42,7 @@ from servectl.demo.story import (
     DemoSettings,
     Story,
     autoscaling,
+    wait_until,
 )
 
 NAMESPACE = "demo"
@@ -135,15 +136,6 @@ def service_doc(settings: DemoSettings, image: str) -> dict[str, Any]:
     }
 
 
-def _stamp(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 class KubeTarget:
     """The demo service on a real node (servectl.demo.story.Target)."""
 
@@ -216,12 +208,7 @@ class KubeTarget:
         self._wait(serving, 180, "cost-v1 to serve through the Gateway")
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
-        began = time.monotonic()
-        while not check():
-            self.check()
-            if time.monotonic() - began > timeout_s:
-                raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
-            time.sleep(0.5)
+        wait_until(check, timeout_s, what, self.check)
 
     def _get(self, path: str) -> dict[str, Any]:
         status, answer = self.node.cluster.request("GET", path)
@@ -246,10 +233,10 @@ class KubeTarget:
             name = pod["metadata"]["name"]
             if name in self.pod_ready_s:
                 continue
-            created = _stamp(pod["metadata"].get("creationTimestamp"))
+            created = iso_seconds(pod["metadata"].get("creationTimestamp"))
             ready = next(
                 (
-                    _stamp(c.get("lastTransitionTime"))
+                    iso_seconds(c.get("lastTransitionTime"))
                     for c in (pod.get("status") or {}).get("conditions") or []
                     if c.get("type") == "Ready" and c.get("status") == "True"
                 ),
@@ -270,7 +257,9 @@ class KubeTarget:
             serving = [
                 r["name"] for r in self.status().get("revisions", []) if r.get("weight", 0) > 0
             ]
-            source = PrometheusSource(self.monitoring.url, MetricsConfig(namespaces=(self.namespace,)))
+            source = PrometheusSource(
+                self.monitoring.url, MetricsConfig(namespaces=(self.namespace,))
+            )
             snapshot = source.snapshot()
             found = signals_doc(snapshot.service(self.namespace, SERVICE, serving or None).signals)
             self._signals = (time.monotonic(), found)
@@ -282,7 +271,7 @@ class KubeTarget:
         found = []
         for event in items.get("items", []):
             name = event["metadata"]["name"]
-            when = _stamp(event.get("lastTimestamp") or event.get("eventTime"))
+            when = iso_seconds(event.get("lastTimestamp") or event.get("eventTime"))
             if name in self._seen_events or when is None:
                 continue
             self._seen_events.add(name)

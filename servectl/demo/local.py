@@ -26,6 +26,7 @@ from servectl.demo.story import (
     DemoSettings,
     Story,
     autoscaling,
+    wait_until,
 )
 
 NAMESPACE = "default"
@@ -140,12 +141,7 @@ class LocalTarget:
         self._wait(ready, 120, "cost-v1 to be ready")
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
-        started = time.monotonic()
-        while not check():
-            self.check()
-            if time.monotonic() - started > timeout_s:
-                raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
-            time.sleep(0.5)
+        wait_until(check, timeout_s, what, self.check)
 
     # -- the Target protocol
 

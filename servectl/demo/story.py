@@ -129,6 +129,20 @@ class Target(Protocol):
         ...
 
 
+def wait_until(
+    check: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None]
+) -> float:
+    """Poll ``check`` every 0.5 s until true; the seconds it took. ``alive`` raises when
+    the runtime stopped; DemoError names ``what`` after ``timeout_s``."""
+    started = time.monotonic()
+    while not check():
+        alive()
+        if time.monotonic() - started > timeout_s:
+            raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 # ----------------------------------------------------------------------------- recording
 
 
@@ -319,13 +333,7 @@ class Story:
     # -- helpers
 
     def wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> float:
-        started = time.monotonic()
-        while not check():
-            self.target.check()
-            if time.monotonic() - started > timeout_s:
-                raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
-            time.sleep(0.5)
-        return time.monotonic() - started
+        return wait_until(check, timeout_s, what, self.target.check)
 
     def _rollout_doc(self) -> dict[str, Any]:
         return dict(self.target.status().get("rollout") or {})

@@ -115,7 +115,8 @@ class Applied:
     errors: list[str] = field(default_factory=list)
 
 
-def _time(value: str | None) -> float | None:
+def iso_seconds(value: str | None) -> float | None:
+    """An API timestamp ("2026-11-28T10:00:00Z") as epoch seconds; None if absent or bad."""
     if not value:
         return None
     try:
@@ -206,7 +207,7 @@ class KubeBackend:
             settled = frozenset(
                 str(p["metadata"]["name"])
                 for p in ready
-                if (since := _time(obj.pod_ready_since(p))) is not None
+                if (since := iso_seconds(obj.pod_ready_since(p))) is not None
                 and wall - since >= self.cpu_settle_s
             )
             states.append(

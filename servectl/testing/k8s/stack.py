@@ -178,7 +178,8 @@ def _quiet(line: str) -> None:
     del line
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """A GET of ``url`` answers 200 within 2 s."""
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             return bool(answer.status == 200)
@@ -246,7 +247,7 @@ class Stack:
         ports = gateway.Ports(web=processes.free_port(), admin=processes.free_port())
         node.apply(gateway.manifests(ports))
         deadline = time.monotonic() + 90
-        while not _answers(f"http://127.0.0.1:{ports.admin}/ping"):
+        while not answers(f"http://127.0.0.1:{ports.admin}/ping"):
             if time.monotonic() > deadline:
                 raise StackError("Traefik did not answer /ping within 90 s")
             time.sleep(0.25)
@@ -299,6 +300,7 @@ __all__ = [
     "MonitoringUnavailable",
     "Stack",
     "StackError",
+    "answers",
     "build_images",
     "helm_binary",
     "install_controller",

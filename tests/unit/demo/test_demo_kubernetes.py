@@ -158,7 +158,7 @@ def test_a_rollout_is_a_change_of_spec_model_version(tmp_path: Path) -> None:
     assert (method, body) == ("PATCH", {"spec": {"model": {"version": 2}}})
     assert path.endswith("/namespaces/demo/modelservices/cost")
     cluster.answers = {"/apis/servectl.io": (422, {"message": "no"})}
-    with pytest.raises(DemoError, match="spec.model.version to 3 was refused"):
+    with pytest.raises(DemoError, match=r"spec\.model\.version to 3 was refused"):
         target.start_rollout(3)
 
 

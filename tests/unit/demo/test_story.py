@@ -132,7 +132,7 @@ def test_the_story_waits_names_what_it_waited_for_and_stops_when_the_runtime_doe
 ) -> None:
     target = Memory()
     story = Story(DemoSettings(out=tmp_path), target, lambda line: None)
-    with pytest.raises(DemoError, match="timed out after 0.1 s waiting for Godot"):
+    with pytest.raises(DemoError, match=r"timed out after 0\.1 s waiting for Godot"):
         story.wait(lambda: False, 0.1, "Godot")
     target.broken = "the controller exited (1); see controller.log"
     with pytest.raises(DemoError, match="controller exited"):

@@ -52,6 +52,5 @@ def test_the_demo_story_on_the_real_node(shared: stack.Stack, tmp_path: Path) ->
         f"{settings.slo_ms:g} ms {result.recovered_s:.1f} s; "
         + "; ".join(f"{p.name} {p.outcome} {p.end_t - p.start_t:.0f} s" for p in result.phases)
         + f"; requests {sum(p.requests for p in result.phases)}, failed "
-        f"{sum(p.failures for p in result.phases)} (all v3's own); "
-        + " ".join(target.notes()[-1:])
+        f"{sum(p.failures for p in result.phases)} (all v3's own); " + " ".join(target.notes()[-1:])
     )
