@@ -23,6 +23,7 @@ Events. ``--keep`` leaves it all running; :func:`stop` (``servectl demo --kubern
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import statistics
 import threading
 import time
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from servectl.backends.kubernetes.backend import iso_seconds
+from servectl.backends.kubernetes.objects import LABEL_SERVICE
 from servectl.demo import builds, report
 from servectl.demo.story import (
     MODEL,
@@ -167,6 +169,7 @@ class KubeTarget:
         bin_dir = find_binaries()
         if bin_dir is None:
             raise DemoError("the Kubernetes binaries are missing after their build")
+        self.clear()
         export_models(self.settings, self.say)
         models = self.settings.models.resolve()
         for directory in (models, *models.rglob("*")):
@@ -183,6 +186,19 @@ class KubeTarget:
             say=self.say,
         )
         self.attach(self.stack)
+
+    def clear(self) -> None:
+        """Stop a cluster a run left up (``--keep``) and remove the last cluster's files
+        under ``--out`` (its etcd data, logs, Prometheus' data); the models stay."""
+        from servectl.testing.k8s.node import stop_kept
+
+        left = stop_kept()
+        if left is not None:
+            self.say("stopped the cluster an earlier run left up")
+        if left:
+            raise DemoError(f"the cluster an earlier run left could not be put back: {left}")
+        for part in ("node", "gateway", "monitoring"):
+            shutil.rmtree(self.settings.out / part, ignore_errors=True)
 
     def attach(self, stack: Any) -> None:
         """Tell the story on a started `Stack` (the node tests' shared one, too)."""
@@ -228,7 +244,8 @@ class KubeTarget:
 
     def _pods(self) -> None:
         """Note each model pod's time from creation to Ready (1 s resolution: the API's)."""
-        pods = self._get(f"/api/v1/namespaces/{self.namespace}/pods").get("items", [])
+        mine = f"labelSelector={LABEL_SERVICE}%3D{SERVICE}"
+        pods = self._get(f"/api/v1/namespaces/{self.namespace}/pods?{mine}").get("items", [])
         for pod in pods:
             name = pod["metadata"]["name"]
             if name in self.pod_ready_s:
