@@ -2,7 +2,7 @@
 machine, as a platform team would run servectl.
 
 Set-up: what is missing is built first, said up front with its time
-(servectl.demo.builds); then servectl.testing.k8s.stack.Stack, the node tests' own:
+(servectl.demo.builds); then servectl.testing.k8s.stack.Stack (the node tests' set-up steps):
 
 1. the demo SavedModels exported;
 2. a node: etcd, kube-apiserver, controller manager, scheduler, containerd + runc, a

@@ -64,7 +64,7 @@ FETCH_IMAGES = {
 """Images of the init container that copies one version from object storage."""
 GRACE_EXTRA_S = 30
 """Grace period beyond ``drainSeconds``: TF Serving's own shutdown after the drain."""
-STARTUP_PERIOD_S = 5
+STARTUP_PERIOD_S = 2
 """The startup probe's period; its failureThreshold spans ``runtime.loadTimeoutSeconds``."""
 
 

@@ -10,7 +10,8 @@ plane and a kubelet that runs pods through containerd on a bridge of this machin
 
 ``stack/`` shares one node for all its modules (package scope), with Traefik, Prometheus
 and kube-state-metrics (servectl.testing.k8s.monitoring), and servectl installed by its
-Helm chart: servectl.testing.k8s.stack.Stack, as ``servectl demo --kubernetes`` runs it.
+Helm chart: `started_node`, `install_traefik`, `started_monitoring` and
+`install_servectl` are the steps.
 
 A machine that cannot run a node (not root, no containerd, runc or CNI plugins, no kubelet
 built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
@@ -39,6 +40,7 @@ from servectl.testing.k8s import (
     gateway_api_crds,
     stack,
 )
+from servectl.testing.k8s.monitoring import Monitoring, MonitoringUnavailable
 from servectl.testing.k8s.node import Node, NodeUnavailable, preflight
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_NODE"
@@ -100,6 +102,54 @@ def install_traefik(node: Node, factory: pytest.TempPathFactory) -> gateway.Port
     node.apply(gateway.manifests(ports))
     until(lambda: ok(f"http://127.0.0.1:{ports.admin}/ping"), "Traefik answering /ping", 90)
     return ports
+
+
+@contextlib.contextmanager
+def started_monitoring(
+    node: Node, traefik: gateway.Ports, factory: pytest.TempPathFactory
+) -> Iterator[Monitoring]:
+    """Prometheus on this machine scraping the node (kubelet cAdvisor, kube-state-metrics
+    in a pod, the model servers with the users' scrape job, Traefik)."""
+    try:
+        started = Monitoring.start(node, factory.mktemp("monitoring"), traefik_admin=traefik.admin)
+    except MonitoringUnavailable as why:
+        require(False, str(why))
+        raise
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def install_servectl(
+    node: Node, monitoring: Monitoring, factory: pytest.TempPathFactory
+) -> stack.Images:
+    """The images imported, the demo models on a volume claimed in `NS`, the chart
+    installed (two controller replicas) reading ``monitoring``'s Prometheus."""
+    began = time.monotonic()
+    built = stack.build_images()
+    print(f"\nimages ready in {time.monotonic() - began:.0f} s")
+    for tarball in (built.controller, built.model_server):
+        began = time.monotonic()
+        node.load_image(tarball)
+        print(f"{tarball.name} imported in {time.monotonic() - began:.0f} s")
+    from servectl.modelserver.demo import export_demo
+
+    models = factory.mktemp("models")
+    export_demo(models, cost=400)
+    models.chmod(0o755)  # read by the model server's non-root user through the volume
+    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    node.apply(stack.models_volume(node, models, NS))
+    began = time.monotonic()
+    stack.install_controller(
+        node,
+        built,
+        gateway=f"{gateway.NAMESPACE}/{gateway.GATEWAY}",
+        prometheus_url=monitoring.url,
+        replicas=2,
+    )
+    print(f"helm install --wait took {time.monotonic() - began:.0f} s")
+    return built
 
 
 @pytest.fixture(scope="module")
@@ -166,5 +216,9 @@ def until(check: Any, what: str, timeout_s: float = 60.0) -> Any:
     raise AssertionError(f"{what} within {timeout_s:.0f} s")
 
 
-ok = stack.answers
-"""A GET answers 200 within 2 s."""
+def ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False

@@ -1,8 +1,6 @@
-"""One stack for every module here (package scope: ~1 min of set-up saved per module): the
-node, Traefik as the Gateway, Prometheus with kube-state-metrics, servectl installed by its
-Helm chart (servectl.testing.k8s.stack.Stack, the stack ``servectl demo --kubernetes``
-starts). Each test deletes the ModelServices it made, so the next finds the node's CPU
-free."""
+"""One node for every module here (package scope: ~1 min of set-up saved per module): Traefik
+as the Gateway, Prometheus with kube-state-metrics, servectl installed by its Helm chart.
+Each test deletes the ModelServices it made, so the next finds the node's CPU free."""
 
 from __future__ import annotations
 
@@ -12,65 +10,47 @@ from typing import Any
 
 import pytest
 
-from servectl.testing.k8s import gateway, gateway_api_crds, stack
-from servectl.testing.k8s.monitoring import Monitoring, MonitoringUnavailable
+from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
-from tests.integration.k8s_node.conftest import CRDS, NS, get, predict, require, until
+from tests.integration.k8s_node.conftest import (
+    NS,
+    get,
+    install_servectl,
+    install_traefik,
+    predict,
+    started_monitoring,
+    started_node,
+    until,
+)
 
 MODELSERVICES = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices"
 
 
 @pytest.fixture(scope="package")
-def shared(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stack]:
-    """The stack, in `NS` with the demo models on its claim, two controller replicas."""
-    require(gateway.traefik_binary() is not None, f"no Traefik binary; {gateway.BUILD_HINT}")
-    from servectl.modelserver.demo import export_demo
-
-    models = tmp_path_factory.mktemp("models")
-    export_demo(models, cost=400)
-    models.chmod(0o755)  # read by the model server's non-root user through the volume
-    try:
-        started = stack.Stack.start(
-            tmp_path_factory.mktemp("stack"),
-            bin_dir=node_bin_dir,
-            crds=[*CRDS, *gateway_api_crds(node_bin_dir)],
-            namespace=NS,
-            models=models,
-            controller_replicas=2,
-            say=lambda line: print(f"\nstack: {line}", end=""),
-        )
-    except MonitoringUnavailable as why:
-        require(False, str(why))
-        raise
-    print(f"\nstack started: {started.timings}")
-    try:
+def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    with started_node(node_bin_dir, tmp_path_factory) as started:
         yield started
-    finally:
-        left = started.stop()
-        assert not left, f"the node did not put the host back: {left}"
 
 
 @pytest.fixture(scope="package")
-def node(shared: stack.Stack) -> Node:
-    return shared.node
+def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> gateway.Ports:
+    return install_traefik(node, tmp_path_factory)
 
 
 @pytest.fixture(scope="package")
-def traefik(shared: stack.Stack) -> gateway.Ports:
-    assert shared.ports is not None
-    return shared.ports
+def monitoring(
+    node: Node, traefik: gateway.Ports, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Monitoring]:
+    with started_monitoring(node, traefik, tmp_path_factory) as started:
+        yield started
 
 
 @pytest.fixture(scope="package")
-def monitoring(shared: stack.Stack) -> Monitoring:
-    assert shared.monitoring is not None
-    return shared.monitoring
-
-
-@pytest.fixture(scope="package")
-def servectl_on_node(shared: stack.Stack) -> stack.Images:
-    assert shared.images is not None
-    return shared.images
+def servectl_on_node(
+    node: Node, monitoring: Monitoring, tmp_path_factory: pytest.TempPathFactory
+) -> stack.Images:
+    return install_servectl(node, monitoring, tmp_path_factory)
 
 
 def service_doc(

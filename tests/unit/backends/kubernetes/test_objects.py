@@ -66,7 +66,7 @@ def test_deployment_runs_tf_serving_with_that_version_only() -> None:
     assert "max_batch_size { value: 32 }" in config["data"]["batching.config"]
 
 
-@pytest.mark.parametrize(("load", "threshold"), [(None, 120), (90, 18), (12, 3)])
+@pytest.mark.parametrize(("load", "threshold"), [(None, 300), (90, 45), (12, 6)])
 def test_the_startup_probe_spans_the_models_load_time_and_holds_liveness_off(
     load: int | None, threshold: int
 ) -> None:
