@@ -31,19 +31,12 @@ from typing import Any
 
 from servectl.api import validation
 from servectl.backends.local.client import LocalClient
+from servectl.demo.story import ROLLOUT
 from servectl.loadtest import runner
 from servectl.modelserver.demo import export_demo
 from servectl.rollout.machine import Op
 
-ANALYSIS = {
-    "interval": "10s",
-    "minSamples": 40,
-    "maxExtensions": 6,
-    "checks": [
-        {"metric": "errorRate", "max": 0.02},
-        {"metric": "latencyP99", "maxRatioToStable": 2.0},
-    ],
-}
+ANALYSIS = ROLLOUT["analysis"]  # the demo's: errors and p99 against stable
 
 
 def service(models: Path) -> dict[str, Any]:
