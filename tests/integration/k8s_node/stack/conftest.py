@@ -13,6 +13,7 @@ import pytest
 from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
+from tests import pace
 from tests.integration.k8s_node.conftest import (
     NS,
     get,
@@ -51,6 +52,36 @@ def servectl_on_node(
     node: Node, monitoring: Monitoring, tmp_path_factory: pytest.TempPathFactory
 ) -> stack.Images:
     return install_servectl(node, monitoring, tmp_path_factory)
+
+
+@pytest.fixture(scope="package")
+def paced(node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images) -> pace.Pace:
+    """This machine's pace (tests/pace.py) for 5 requests/s on one replica of cost_model at
+    250m CPU, timed through the Gateway on a ModelService of one replica made for it."""
+    name = "pace"
+    start(
+        node,
+        servectl_on_node,
+        name,
+        {"strategy": "canary"},
+        traefik.web,
+        {"minReplicas": 1, "maxReplicas": 1},
+    )
+    try:
+        measured = pace.measure(lambda: predict(traefik.web), 5.0)
+    finally:
+        node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
+        until(
+            lambda: (
+                not get(
+                    node, f"/api/v1/namespaces/{NS}/pods?labelSelector=servectl.io/service={name}"
+                ).get("items")
+            ),
+            "the pace service's pods gone",
+            60,
+        )
+    print(f"\npace: {measured}")
+    return measured
 
 
 def service_doc(

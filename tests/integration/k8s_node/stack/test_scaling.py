@@ -16,10 +16,12 @@ from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
 from servectl.testing.load import Load
+from tests import pace
 from tests.integration.k8s_node.conftest import NS, get, until
 from tests.integration.k8s_node.stack.conftest import start
 
 NAME = "step"
+# Nominal figures, scaled to this machine by the package's `paced` fixture (tests/pace.py).
 SLO_MS = 250.0
 BASE, HIGH = 5.0, 25.0  # a step x5
 PER_REPLICA = 6.0  # rps a replica is sized for: 1 replica at BASE, 4 (the most) at HIGH
@@ -39,15 +41,17 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
     traefik: gateway.Ports,
     monitoring: Monitoring,
     servectl_on_node: stack.Images,
+    paced: pace.Pace,
     tmp_path: Path,
 ) -> None:
+    base, high, slo_ms = paced.rps(BASE), paced.rps(HIGH), paced.slo_ms(SLO_MS)
     autoscaling = {
         "minReplicas": 1,
         "maxReplicas": 4,
         "coldStartSeconds": 10,
         "signals": [
-            {"type": "rps", "targetPerReplica": PER_REPLICA},
-            {"type": "latency", "percentile": 99, "targetMs": SLO_MS},
+            {"type": "rps", "targetPerReplica": paced.rps(PER_REPLICA)},
+            {"type": "latency", "percentile": 99, "targetMs": slo_ms},
         ],
         "behavior": {"scaleDown": {"stabilizationSeconds": 15}},
     }
@@ -66,14 +70,14 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
         if value is not None:
             p99.append((now, value))
 
-    warm = Load(tmp_path / "load", traefik.web, [(0, BASE), (3600, BASE)], "warmup")
+    warm = Load(tmp_path / "load", traefik.web, [(0, base), (3600, base)], "warmup")
     try:
         time.sleep(30)  # a rate window's worth of base load
         until(lambda: replicas(node) == (1, 1), "one replica on the base load", 120)
     finally:
         warm.abandon()
     step_at = 20.0
-    trace = [(0, BASE), (step_at - 1, BASE), (step_at, HIGH), (3600, HIGH)]
+    trace = [(0, base), (step_at - 1, base), (step_at, high), (3600, high)]
     load = Load(tmp_path / "load", traefik.web, trace, "step")
     began = time.monotonic()
     try:
@@ -85,7 +89,7 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
             sample(stepped)
             desired, ready = sizes[-1][1:]
             recent = [v for _, v in p99[-5:]]
-            return desired >= 2 and ready == desired and len(recent) == 5 and max(recent) < SLO_MS
+            return desired >= 2 and ready == desired and len(recent) == 5 and max(recent) < slo_ms
 
         try:
             until(settled, "the scale-out and p99 under the SLO", 150)
@@ -101,15 +105,16 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
         raise
     summary = load.finish()
     print(
-        f"\nstep x5: first scale-out {first_up:.1f} s after the step; scaled out, every pod "
-        f"Ready and p99 under {SLO_MS:g} ms for 5 samples (from {under_slo:.1f} s) at "
+        f"\n{paced}: {base:g} -> {high:g} requests/s, SLO {slo_ms:g} ms\n"
+        f"step x5: first scale-out {first_up:.1f} s after the step; scaled out, every pod "
+        f"Ready and p99 under {slo_ms:g} ms for 5 samples (from {under_slo:.1f} s) at "
         f"{settled_at:.1f} s; {peak} replicas then; "
         f"{summary.total.requests} requests, {summary.total.failures} failed"
     )
     assert summary.total.failures == 0, summary.failures
 
     # Back on the base load: the service shrinks to one replica, pod by pod or at once.
-    down = Load(tmp_path / "load", traefik.web, [(0, BASE), (3600, BASE)], "down")
+    down = Load(tmp_path / "load", traefik.web, [(0, base), (3600, base)], "down")
     removed: list[int] = []
     try:
         began = time.monotonic()
@@ -156,6 +161,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     traefik: gateway.Ports,
     monitoring: Monitoring,
     servectl_on_node: stack.Images,
+    paced: pace.Pace,
     tmp_path: Path,
 ) -> None:
     """DESIGN §4 rule 8 on the real node: no signals, no scale-down and no guess; the
@@ -165,7 +171,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     autoscaling = {
         "minReplicas": 1,
         "maxReplicas": 3,
-        "signals": [{"type": "rps", "targetPerReplica": PER_REPLICA}],
+        "signals": [{"type": "rps", "targetPerReplica": paced.rps(PER_REPLICA)}],
     }
     rollout = {"strategy": "canary", "drainSeconds": 5}
     start(node, servectl_on_node, name, rollout, traefik.web, autoscaling)
@@ -175,7 +181,9 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     def desired() -> int:
         return int((get(node, deployment).get("spec") or {}).get("replicas") or 0)
 
-    load = Load(tmp_path / "load", traefik.web, [(0, BASE), (3600, BASE)], "base")
+    load = Load(
+        tmp_path / "load", traefik.web, [(0, paced.rps(BASE)), (3600, paced.rps(BASE))], "base"
+    )
     try:
         until(lambda: metrics_condition(node, name).get("status") == "True", "metrics", 90)
         monitoring.prometheus.stop()
@@ -193,7 +201,9 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
             monitoring.prometheus.start()
         raise
     load.abandon()
-    high = Load(tmp_path / "load", traefik.web, [(0, HIGH), (3600, HIGH)], "high")
+    high = Load(
+        tmp_path / "load", traefik.web, [(0, paced.rps(HIGH)), (3600, paced.rps(HIGH))], "high"
+    )
     try:
         held = []
         for _ in range(40):  # 20 s of x5 load with no signals: the size holds
@@ -221,7 +231,11 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
 
 
 def test_pods_keep_running_through_a_kubelet_restart(
-    node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images, tmp_path: Path
+    node: Node,
+    traefik: gateway.Ports,
+    servectl_on_node: stack.Images,
+    paced: pace.Pace,
+    tmp_path: Path,
 ) -> None:
     """The kubelet restarted under load: the model server's pod keeps running (same pod, no
     container restart). Kubernetes 1.34's kubelet starts every readiness probe afresh at
@@ -253,7 +267,9 @@ def test_pods_keep_running_through_a_kubelet_restart(
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)
-    load = Load(tmp_path / "load", traefik.web, [(0, BASE), (3600, BASE)], "kubelet")
+    base = paced.rps(BASE)
+    load = Load(tmp_path / "load", traefik.web, [(0, base), (3600, base)], "kubelet")
+    began = time.monotonic()
     try:
         time.sleep(5)
         watcher.start()
@@ -266,6 +282,7 @@ def test_pods_keep_running_through_a_kubelet_restart(
     finally:
         watching.set()
     summary = load.finish()
+    loaded = time.monotonic() - began
     after = get(node, pods)["items"]
     window = (not_ready[-1] - not_ready[0] + 0.1) if not_ready else 0.0
     print(
@@ -275,11 +292,13 @@ def test_pods_keep_running_through_a_kubelet_restart(
     )
     assert {p["metadata"]["uid"] for p in after} == before  # the same pods, not new ones
     assert all(c["restartCount"] == 0 for p in after for c in p["status"]["containerStatuses"])
-    assert summary.total.requests > 50  # ~14 s at 5 requests/s
+    # The load ran through the restart: at least 2/3 of its rate over the time it ran
+    # (Locust takes a second or two to start its users).
+    assert summary.total.requests >= base * loaded * 2 / 3, (loaded, summary.total)
     assert all("503" in f.message for f in summary.failures), summary.failures
     # Failures only around the moment it is not ready: the load's rate over that window and
     # Traefik's 2 s throttle, plus a second.
-    assert summary.total.failures <= BASE * (window + 3.0), (window, summary.failures)
+    assert summary.total.failures <= base * (window + 3.0), (window, summary.failures)
     node.cluster.request(
         "DELETE", f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{name}"
     )
