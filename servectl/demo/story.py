@@ -130,15 +130,21 @@ class Target(Protocol):
 
 
 def wait_until(
-    check: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None]
+    check: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    alive: Callable[[], None],
+    why: Callable[[], str] | None = None,
 ) -> float:
     """Poll ``check`` every 0.5 s until true; the seconds it took. ``alive`` raises when
-    the runtime stopped; DemoError names ``what`` after ``timeout_s``."""
+    the runtime stopped; DemoError names ``what`` after ``timeout_s``, and what ``why``
+    says the state is then."""
     started = time.monotonic()
     while not check():
         alive()
         if time.monotonic() - started > timeout_s:
-            raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
+            said = f": {why()}" if why is not None else ""
+            raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}{said}")
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -332,8 +338,21 @@ class Story:
 
     # -- helpers
 
-    def wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> float:
-        return wait_until(check, timeout_s, what, self.target.check)
+    def wait(
+        self,
+        check: Callable[[], bool],
+        timeout_s: float,
+        what: str,
+        why: Callable[[], str] | None = None,
+    ) -> float:
+        return wait_until(check, timeout_s, what, self.target.check, why)
+
+    def _decision(self) -> str:
+        """The autoscaler's last decision in its own words (why the replicas are what
+        they are)."""
+        autoscaling = self.target.status().get("autoscaling") or {}
+        total = self._total_desired()
+        return f"{total} replicas: {autoscaling.get('message') or 'no decision recorded'}"
 
     def _rollout_doc(self) -> dict[str, Any]:
         return dict(self.target.status().get("rollout") or {})
@@ -456,7 +475,9 @@ class Story:
             self.say(f"load: back to {base:g} req/s")
             low = self._load("low", [(0, base), (3600, base)])
             try:
-                self.wait(lambda: self._total_desired() <= 1, 180, "the scale-down")
+                self.wait(
+                    lambda: self._total_desired() <= 1, 180, "the scale-down", self._decision
+                )
             finally:
                 low_result = self._finish(low)
             phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))

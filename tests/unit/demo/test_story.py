@@ -134,6 +134,14 @@ def test_the_story_waits_names_what_it_waited_for_and_stops_when_the_runtime_doe
     story = Story(DemoSettings(out=tmp_path), target, lambda line: None)
     with pytest.raises(DemoError, match=r"timed out after 0\.1 s waiting for Godot"):
         story.wait(lambda: False, 0.1, "Godot")
+    # A timed-out wait says what the autoscaler last decided, in its own words.
+    target.doc = status(("cost-v2", 3, 3, 100))
+    target.doc["autoscaling"] = {"message": "burst memory: standing capacity for the peak"}
+    with pytest.raises(DemoError, match=r"the scale-down: 3 replicas: burst memory: standing"):
+        story.wait(lambda: False, 0.1, "the scale-down", story._decision)
+    target.doc = {}
+    with pytest.raises(DemoError, match=r"0 replicas: no decision recorded"):
+        story.wait(lambda: False, 0.1, "the scale-down", story._decision)
     target.broken = "the controller exited (1); see controller.log"
     with pytest.raises(DemoError, match="controller exited"):
         story.wait(lambda: False, 30, "anything")
