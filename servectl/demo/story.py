@@ -475,9 +475,7 @@ class Story:
             self.say(f"load: back to {base:g} req/s")
             low = self._load("low", [(0, base), (3600, base)])
             try:
-                self.wait(
-                    lambda: self._total_desired() <= 1, 180, "the scale-down", self._decision
-                )
+                self.wait(lambda: self._total_desired() <= 1, 180, "the scale-down", self._decision)
             finally:
                 low_result = self._finish(low)
             phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
