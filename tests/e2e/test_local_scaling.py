@@ -11,7 +11,7 @@ from servectl.testing.load import Load
 from tests import pace
 from tests.e2e.conftest import LocalRuntime, deploy, predict, service_doc
 
-STEP_AT_S = 30.0
+STEP_AT_S = 120.0  # seconds into the load: the base load until then
 NOMINAL_SLO_MS = 250.0
 NOMINAL_BASE, NOMINAL_HIGH = 6.0, 30.0  # a step x5, scaled to this machine (tests/pace.py)
 
@@ -35,20 +35,19 @@ def test_a_load_step_scales_out_and_p99_comes_back_with_no_failed_request(
         return sum(r["desiredReplicas"] for r in runtime.status("cost")["revisions"])
 
     # Warm up on the base load until the service is steady on one replica: the step is
-    # then the only change (a service's first seconds of traffic are not the test).
-    warmup = Load(tmp_path / "load", port, [(0, 1), (15, base), (3600, base)], "warmup")
-    try:
-        time.sleep(20)
-        runtime.wait(lambda: total() == 1, 180, "one replica on the base load")
-    finally:
-        warmup.abandon()
-    trace = [(0, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
+    # then the only change (a service's first seconds of traffic are not the test). One
+    # Locust run throughout: a second one for the step left a gap with no traffic, and the
+    # load coming back after it read as a second surge (burst memory: a scale-out before
+    # the step, CI 2026-11-28).
+    trace = [(0, 1), (15, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
     load = Load(tmp_path / "load", port, trace, "step")
     started = time.time()
     p99: list[tuple[float, float]] = []  # (seconds after the step, p99 ms)
     try:
-        time.sleep(STEP_AT_S)
-        assert total() == 1
+        time.sleep(20)
+        runtime.wait(lambda: total() == 1, STEP_AT_S - 35, "one replica on the base load")
+        time.sleep(max(0.0, STEP_AT_S - (time.time() - started)))
+        assert total() == 1, [e.message for e in runtime.client.events("default", "cost")]
 
         def settled() -> bool:
             cycle = runtime.client.store.get_setting("cycle/default/cost") or {}
@@ -72,5 +71,5 @@ def test_a_load_step_scales_out_and_p99_comes_back_with_no_failed_request(
     scaled = [e for e in runtime.client.events("default", "cost") if e.reason == "Scaled"]
     first_up = next(e.time for e in scaled if e.time >= started + STEP_AT_S)
     assert first_up - (started + STEP_AT_S) < 15, scaled  # docs/benchmarks.md has the figure
-    assert summary.total.requests > 10 * high  # ~30 s at base, then high until settled
+    assert summary.total.requests > 0.8 * base * (STEP_AT_S - 15)  # the base load's alone
     assert summary.total.failures == 0, summary.failures
