@@ -312,6 +312,20 @@ class KubeTarget:
         if status != 200:
             raise DemoError(f"setting spec.model.version to {version} was refused: {answer}")
 
+    def set_slo(self, slo_ms: float) -> None:
+        self.settings = dataclasses.replace(self.settings, slo_ms=slo_ms)
+        autoscaling = service_doc(self.settings, self.images.model_server_ref)["spec"][
+            "autoscaling"
+        ]
+        status, answer = self.node.cluster.request(
+            "PATCH",
+            f"/apis/servectl.io/v1alpha1/namespaces/{self.namespace}/modelservices/{SERVICE}",
+            {"spec": {"autoscaling": autoscaling}},
+            content_type="application/merge-patch+json",
+        )
+        if status != 200:
+            raise DemoError(f"setting the SLO to {slo_ms:g} ms was refused: {answer}")
+
     def check(self) -> None:
         if self.node is not None:
             failed = self.node.failed()

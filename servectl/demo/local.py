@@ -5,6 +5,7 @@ under ``--out/state`` (HAProxy, Prometheus, model servers as processes with CPU 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -177,6 +178,12 @@ class LocalTarget:
         from servectl.rollout.machine import Op
 
         self.client.rollout(NAMESPACE, SERVICE, Op.START, version)
+
+    def set_slo(self, slo_ms: float) -> None:
+        from servectl.api import validation
+
+        self.settings = dataclasses.replace(self.settings, slo_ms=slo_ms)
+        self.client.deploy(validation.load_model_service(service_doc(self.settings)))
 
     def check(self) -> None:
         if self.controller is not None and self.controller.poll() is not None:

@@ -21,8 +21,12 @@ imports none (import-linter keeps it so).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import statistics
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +38,18 @@ SERVICE = "cost"
 MODEL = "cost_model"
 WARMUP_RAMP_S = 20.0
 STEP_AT_S = 15.0
+HANDOVER_S = 2.0
+"""Seconds two Locust runs overlap, once the new one sends, when one phase's load takes over
+from the last one's (the rate is their sum meanwhile, at most for a rate window's fifth). A
+gap with no traffic between them re-armed the autoscaler's surge detector, and the load
+coming back read as a second surge: burst memory then held standing capacity for the last
+10 minutes' peak, and the scale-down never came (a local demo, 2026-12-05)."""
 INJECTED = "injected failure"  # the text of v3's own failures (servectl.modelserver.demo)
+PACE_BUSY = 0.35
+"""The largest share of one replica's capacity the base load takes, unless --base-rps."""
+PACE_SLO_SERVICE_TIMES = 4.0
+"""The SLO is at least this many service times of one request alone, unless --slo-ms."""
+PACE_SAMPLES = 15
 
 
 class DemoError(RuntimeError):
@@ -51,6 +66,10 @@ class DemoSettings:
     cpu: str = "500m"
     max_replicas: int = 4
     keep: bool = False
+    pace_rate: bool = True
+    """Lower ``base_rps`` where one replica would be over PACE_BUSY busy on it (see pace)."""
+    pace_slo: bool = True
+    """Raise ``slo_ms`` to PACE_SLO_SERVICE_TIMES service times where that is more."""
 
     @property
     def models(self) -> Path:
@@ -122,6 +141,10 @@ class Target(Protocol):
 
     def start_rollout(self, version: int) -> None:
         """Roll the service out to ``version`` as a user would there."""
+        ...
+
+    def set_slo(self, slo_ms: float) -> None:
+        """Change the service's p99 target (its latency signal) as a user would there."""
         ...
 
     def check(self) -> None:
@@ -295,11 +318,23 @@ class Load:
         )
         self.result: runner.LoadTestResult | None = None
         self.error: BaseException | None = None
+        self.sending = threading.Event()
+        """Set once Locust has sent its first requests."""
+        self.started_at: float | None = None
+        """When Locust's run began (epoch seconds): the trace's time 0."""
         self.thread = threading.Thread(target=self._run, name=f"locust-{name}", daemon=True)
+
+    def _progress(self, progress: runner.Progress) -> None:
+        if self.started_at is None:
+            self.started_at = time.time() - progress.elapsed_s
+        if progress.requests > 0:
+            self.sending.set()
 
     def _run(self) -> None:
         try:
-            self.result = runner.run(self.config, stop=self.stop_event)
+            self.result = runner.run(
+                self.config, stop=self.stop_event, progress=self._progress, progress_every_s=1.0
+            )
         except BaseException as exc:  # reported by the demo
             self.error = exc
 
@@ -392,6 +427,18 @@ class Story:
         load.start()
         return load
 
+    def _handover(
+        self, running: list[Load], leader: Load, name: str, trace: Sequence[tuple[float, float]]
+    ) -> tuple[Load, runner.LoadTestResult]:
+        """Start Locust run ``name``; once it sends, stop ``leader`` HANDOVER_S later: the
+        load never stops between phases. The new run and what the old one counted."""
+        follower = self._load(name, trace)
+        running.append(follower)
+        follower.sending.wait(timeout=30)  # Locust's start: a second or two
+        time.sleep(HANDOVER_S)
+        running.remove(leader)
+        return follower, self._finish(leader)
+
     def _finish(self, load: Load) -> runner.LoadTestResult:
         result = load.finish()
         if result.forced_stop:
@@ -420,10 +467,57 @@ class Story:
             f"served {rps:>3}  p99 {p99:>7}  {revisions}"
         )
 
+    def _service_ms(self) -> float:
+        """The median time of PACE_SAMPLES requests sent one at a time (after 3 to warm
+        up): one replica's service time under its CPU limit, with no queue."""
+        body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]]}).encode()
+        url = f"{self.target.front_url()}/v1/models/{MODEL}:predict"
+        took = []
+        for i in range(PACE_SAMPLES + 3):
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}
+            )
+            began = time.perf_counter()
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    answer.read()
+            except OSError as exc:
+                raise DemoError(f"a prediction through {url} failed: {exc}") from None
+            if i >= 3:
+                took.append(time.perf_counter() - began)
+        return statistics.median(took) * 1000.0
+
+    def pace(self) -> None:
+        """Size the load and the SLO to this machine. A request's CPU cost differs between
+        machines by more than twice: a base load that keeps one replica a third busy on
+        one saturates it on another, and then the story is not the one told (the
+        service scales out before the step; p99 never comes under the SLO)."""
+        s = self.settings
+        if not (s.pace_rate or s.pace_slo):
+            return
+        service_ms = self._service_ms()
+        fits = max(1.0, round(PACE_BUSY * 1000.0 / service_ms, 1))
+        slo = float(round(PACE_SLO_SERVICE_TIMES * service_ms))
+        said = (
+            f"pace: a request alone takes {service_ms:.0f} ms here (one replica serves "
+            f"~{1000.0 / service_ms:.0f} req/s)"
+        )
+        changes = []
+        if s.pace_rate and fits < s.base_rps:
+            changes.append(f"base load {fits:g} req/s, not {s.base_rps:g} (--base-rps sets it)")
+            s = dataclasses.replace(s, base_rps=fits)
+        if s.pace_slo and slo > s.slo_ms:
+            changes.append(f"SLO {slo:g} ms, not {s.slo_ms:g} (--slo-ms sets it)")
+            s = dataclasses.replace(s, slo_ms=slo)
+            self.target.set_slo(slo)
+        self.settings = s
+        self.say(f"{said}: {'; '.join(changes)}" if changes else f"{said}: defaults kept")
+
     # -- the story
 
     def run(self, started: float) -> DemoResult:
         """The four phases; ``started`` (monotonic): when the demo began, set-up included."""
+        self.pace()
         s = self.settings
         base, high = s.base_rps, s.base_rps * s.step
         setup_s = time.monotonic() - started
@@ -432,56 +526,59 @@ class Story:
         # A ramp, not a step from nothing: the autoscaler projects a rising load over a
         # cold start, and a jump from idle would read as the start of a burst.
         self.say(f"warm-up: ramping to {base:g} req/s, until the service is steady on it ...")
-        warmup = self._load("warmup", [(0, 1), (WARMUP_RAMP_S, base), (3600, base)])
+        running: list[Load] = []  # stopped, whatever happens
         try:
+            warmup = self._load("warmup", [(0, 1), (WARMUP_RAMP_S, base), (3600, base)])
+            running.append(warmup)
             time.sleep(WARMUP_RAMP_S)
             self.wait(self._steady_at_base, 90, "the service to be steady on the base load")
-        finally:
-            self._finish(warmup)
-        self.target.new_events()  # the set-up's events are not the story's
-        self.t0 = time.time()
-        recorder = Recorder(self.target, self.t0, self.phase)
-        recorder.on_event = self._event
-        recorder.on_sample = self._sample
-        recorder.start()
-        phases: list[PhaseResult] = []
-        try:
-            # 1. A load step x5, held through the two rollouts.
-            self._phase = ("baseline", base)
-            trace = [(0, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
-            load = self._load("high", trace)
-            self.say(f"load: {base:g} req/s, stepping to {high:g} req/s at t={STEP_AT_S:g} s")
-            time.sleep(STEP_AT_S)
-            self._phase = ("scale-up", high)
-            t_step = time.time() - self.t0
-            self.wait(self._settled, 150, "the scale-up to settle")
-            phases.append(PhaseResult("scale-up", t_step, time.time() - self.t0, "settled"))
-            # 2. A good canary under that load.
-            self._phase = ("canary v2", high)
-            t = time.time() - self.t0
-            self.say("rollout: v2 (a good version) as a canary, analysed at 20 % and 50 %")
-            outcome = self._rollout(2, 240)
-            phases.append(PhaseResult("canary v2", t, time.time() - self.t0, outcome))
-            # 3. A failing version: rolled back automatically.
-            self._phase = ("failing v3", high)
-            t = time.time() - self.t0
-            self.say("rollout: v3 (fails 10 % of its requests)")
-            outcome = self._rollout(3, 240)
-            phases.append(PhaseResult("failing v3", t, time.time() - self.t0, outcome))
-            high_result = self._finish(load)
-            # 4. The load goes back down.
-            self._phase = ("scale-down", base)
-            t = time.time() - self.t0
-            self.say(f"load: back to {base:g} req/s")
-            low = self._load("low", [(0, base), (3600, base)])
+            self.target.new_events()  # the set-up's events are not the story's
+            self.t0 = time.time()
+            recorder = Recorder(self.target, self.t0, self.phase)
+            recorder.on_event = self._event
+            recorder.on_sample = self._sample
+            recorder.start()
+            phases: list[PhaseResult] = []
             try:
+                # 1. A load step x5, held through the two rollouts.
+                self._phase = ("baseline", base)
+                trace = [(0, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
+                load, _ = self._handover(running, warmup, "high", trace)
+                self.say(f"load: {base:g} req/s, stepping to {high:g} req/s at t={STEP_AT_S:g} s")
+                stepped = (load.started_at or time.time()) + STEP_AT_S
+                time.sleep(max(0.0, stepped - time.time()))
+                self._phase = ("scale-up", high)
+                t_step = stepped - self.t0
+                self.wait(self._settled, 150, "the scale-up to settle")
+                phases.append(PhaseResult("scale-up", t_step, time.time() - self.t0, "settled"))
+                # 2. A good canary under that load.
+                self._phase = ("canary v2", high)
+                t = time.time() - self.t0
+                self.say("rollout: v2 (a good version) as a canary, analysed at 20 % and 50 %")
+                outcome = self._rollout(2, 240)
+                phases.append(PhaseResult("canary v2", t, time.time() - self.t0, outcome))
+                # 3. A failing version: rolled back automatically.
+                self._phase = ("failing v3", high)
+                t = time.time() - self.t0
+                self.say("rollout: v3 (fails 10 % of its requests)")
+                outcome = self._rollout(3, 240)
+                phases.append(PhaseResult("failing v3", t, time.time() - self.t0, outcome))
+                # 4. The load goes back down.
+                self._phase = ("scale-down", base)
+                t = time.time() - self.t0
+                self.say(f"load: back to {base:g} req/s")
+                low, high_result = self._handover(running, load, "low", [(0, base), (3600, base)])
                 self.wait(lambda: self._total_desired() <= 1, 180, "the scale-down", self._decision)
-            finally:
+                running.remove(low)
                 low_result = self._finish(low)
-            phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
-            time.sleep(3)  # the timeline shows the last change land
+                phases.append(PhaseResult("scale-down", t, time.time() - self.t0, "scaled down"))
+                time.sleep(3)  # the timeline shows the last change land
+            finally:
+                recorder.stop()
         finally:
-            recorder.stop()
+            for left in running:
+                with contextlib.suppress(DemoError):
+                    left.finish()
         attribute(phases, high_result, low_result)
         decision_s, recovered_s = step_figures(recorder.events, recorder.samples, t_step, s.slo_ms)
         return DemoResult(

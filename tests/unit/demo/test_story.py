@@ -53,6 +53,9 @@ class Memory:
     def start_rollout(self, version: int) -> None:
         self.rollouts.append(version)
 
+    def set_slo(self, slo_ms: float) -> None:
+        self.slo = slo_ms
+
     def check(self) -> None:
         if self.broken:
             raise DemoError(self.broken)
@@ -201,3 +204,29 @@ def test_the_report_names_the_runtime_every_figure_and_the_notes(tmp_path: Path)
     assert "- pods: created to Ready in 7 s" in text
     assert "| 3 | Scaled | 1 -> 2 |" in text
     assert (done.settings.out / "samples.json").exists()
+
+
+def test_the_pace_lowers_the_base_load_and_raises_the_slo_only_where_needed_and_not_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+    target = Memory()
+    story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
+    monkeypatch.setattr(story, "_service_ms", lambda: 100.0)  # 10 req/s a replica
+    story.pace()
+    assert (story.settings.base_rps, story.settings.slo_ms) == (3.5, 400.0)
+    assert target.slo == 400.0  # the service's latency signal moved too
+    assert "base load 3.5 req/s, not 8" in said[-1] and "SLO 400 ms, not 250" in said[-1]
+    # Given on the command line: kept as given.
+    target = Memory()
+    settings = DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250, pace_rate=False)
+    story = Story(settings, target, said.append)
+    monkeypatch.setattr(story, "_service_ms", lambda: 100.0)
+    story.pace()
+    assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 400.0)
+    # A fast machine: the defaults stand.
+    story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
+    monkeypatch.setattr(story, "_service_ms", lambda: 20.0)
+    story.pace()
+    assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 250)
+    assert said[-1].endswith("defaults kept")
