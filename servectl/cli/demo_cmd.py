@@ -31,7 +31,7 @@ def demo(
             "--base-rps",
             min=1,
             help="The load before and after the step [default: 8, or 5 with --kubernetes; "
-            "less where one replica would be over a third busy on it: the demo times a "
+            "less where one replica would be over a quarter busy on it: the demo times a "
             "request first and says what it chose].",
             show_default=False,
         ),
@@ -42,7 +42,7 @@ def demo(
         typer.Option(
             "--slo-ms",
             min=10,
-            help="The p99 target [default: 250, or 4 times a request's time alone where "
+            help="The p99 target [default: 250, or 5 times a request's time alone where "
             "that is more].",
             show_default=False,
         ),

@@ -214,16 +214,16 @@ def test_the_pace_lowers_the_base_load_and_raises_the_slo_only_where_needed_and_
     story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
     monkeypatch.setattr(story, "_service_ms", lambda: 100.0)  # 10 req/s a replica
     story.pace()
-    assert (story.settings.base_rps, story.settings.slo_ms) == (3.5, 400.0)
-    assert target.slo == 400.0  # the service's latency signal moved too
-    assert "base load 3.5 req/s, not 8" in said[-1] and "SLO 400 ms, not 250" in said[-1]
+    assert (story.settings.base_rps, story.settings.slo_ms) == (2.5, 500.0)
+    assert target.slo == 500.0  # the service's latency signal moved too
+    assert "base load 2.5 req/s, not 8" in said[-1] and "SLO 500 ms, not 250" in said[-1]
     # Given on the command line: kept as given.
     target = Memory()
     settings = DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250, pace_rate=False)
     story = Story(settings, target, said.append)
     monkeypatch.setattr(story, "_service_ms", lambda: 100.0)
     story.pace()
-    assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 400.0)
+    assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 500.0)
     # A fast machine: the defaults stand.
     story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
     monkeypatch.setattr(story, "_service_ms", lambda: 20.0)
