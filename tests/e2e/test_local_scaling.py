@@ -20,8 +20,12 @@ def test_a_load_step_scales_out_and_p99_comes_back_with_no_failed_request(
     runtime: LocalRuntime, demo_models: Path, tmp_path: Path
 ) -> None:
     doc = service_doc(demo_models)
-    port = deploy(runtime, doc)  # scaling on CPU (70 %) until the pace is known
+    scaling = doc["spec"]["autoscaling"]
+    # One replica, saturated to find its capacity (tests/pace.py), then the test's scaling.
+    doc["spec"]["autoscaling"] = {**scaling, "maxReplicas": 1}
+    port = deploy(runtime, doc)
     paced = pace.measure(lambda: predict(port), NOMINAL_BASE)
+    doc["spec"]["autoscaling"] = scaling
     base, high = paced.rps(NOMINAL_BASE), paced.rps(NOMINAL_HIGH)
     slo_ms = paced.slo_ms(NOMINAL_SLO_MS)
     print(f"\n{paced}: {base:g} -> {high:g} requests/s, SLO {slo_ms:g} ms")

@@ -54,6 +54,17 @@ def servectl_on_node(
     return install_servectl(node, monitoring, tmp_path_factory)
 
 
+@pytest.fixture
+def service(node: Node) -> Iterator[list[str]]:
+    """Names of the ModelServices a test creates, deleted after it, failed or not (freeing
+    the node's CPU, and the Gateway: every service here routes cost_model's paths, so one
+    left behind takes the next one's traffic)."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
+
+
 @pytest.fixture(scope="package")
 def paced(node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images) -> pace.Pace:
     """This machine's pace (tests/pace.py) for 5 requests/s on one replica of cost_model at

@@ -14,11 +14,9 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from servectl.testing.k8s import gateway, stack
@@ -77,15 +75,6 @@ def measure_split(traefik: gateway.Ports, service: str, at_least: int) -> dict[s
     counted = until(enough, f"{at_least} requests through the Gateway", 4 * at_least / RPS)
     total = sum(counted.values())
     return {revision: 100 * n / total for revision, n in counted.items() if n}
-
-
-@pytest.fixture
-def service(node: Node) -> Iterator[list[str]]:
-    """Names of the ModelServices a test creates, deleted after it (freeing the node's CPU)."""
-    created: list[str] = []
-    yield created
-    for name in created:
-        node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
 
 
 def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(

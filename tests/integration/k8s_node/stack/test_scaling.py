@@ -44,6 +44,7 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
     monitoring: Monitoring,
     servectl_on_node: stack.Images,
     paced: pace.Pace,
+    service: list[str],
     tmp_path: Path,
 ) -> None:
     base, high, slo_ms = paced.rps(BASE), paced.rps(HIGH), paced.slo_ms(SLO_MS)
@@ -58,8 +59,8 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
         "behavior": {"scaleDown": {"stabilizationSeconds": 15}},
     }
     rollout = {"strategy": "canary", "drainSeconds": 5}
+    service.append(NAME)
     start(node, servectl_on_node, NAME, rollout, traefik.web, autoscaling)
-    path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{NAME}"
     source = PrometheusSource(monitoring.url, MetricsConfig())
     p99: list[tuple[float, float]] = []  # (seconds after the step, ms)
     sizes: list[tuple[float, int, int]] = []  # (seconds after the step, desired, ready)
@@ -142,7 +143,6 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
     )
     assert sum(removed) >= 3
     assert summary.total.failures == 0, summary.failures
-    node.cluster.request("DELETE", path)
 
 
 def scalings(node: Node, name: str) -> list[str]:
@@ -170,6 +170,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     monitoring: Monitoring,
     servectl_on_node: stack.Images,
     paced: pace.Pace,
+    service: list[str],
     tmp_path: Path,
 ) -> None:
     """DESIGN §4 rule 8 on the real node: no signals, no scale-down and no guess; the
@@ -182,6 +183,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
         "signals": [{"type": "rps", "targetPerReplica": paced.rps(PER_REPLICA)}],
     }
     rollout = {"strategy": "canary", "drainSeconds": 5}
+    service.append(name)
     start(node, servectl_on_node, name, rollout, traefik.web, autoscaling)
     deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}-v1"
     path = f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{name}"
@@ -239,7 +241,6 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     reasons = events(node, name)
     assert "MetricsUnavailable" in reasons and "MetricsRestored" in reasons, reasons
     assert summary.total.failures == 0, summary.failures
-    node.cluster.request("DELETE", path)
 
 
 def test_pods_keep_running_through_a_kubelet_restart(
@@ -247,6 +248,7 @@ def test_pods_keep_running_through_a_kubelet_restart(
     traefik: gateway.Ports,
     servectl_on_node: stack.Images,
     paced: pace.Pace,
+    service: list[str],
     tmp_path: Path,
 ) -> None:
     """The kubelet restarted under load: the model server's pod keeps running (same pod, no
@@ -255,6 +257,7 @@ def test_pods_keep_running_through_a_kubelet_restart(
     pod is NotReady for up to a probe period and a Gateway with no other endpoint answers
     503 then (docs/kubernetes.md): the only failures are those, while it is NotReady."""
     name = "steady"
+    service.append(name)
     start(node, servectl_on_node, name, {"strategy": "canary"}, traefik.web)
     pods = f"/api/v1/namespaces/{NS}/pods?labelSelector=servectl.io/service={name}"
 
@@ -311,6 +314,3 @@ def test_pods_keep_running_through_a_kubelet_restart(
     # Failures only around the moment it is not ready: the load's rate over that window and
     # Traefik's 2 s throttle, plus a second.
     assert summary.total.failures <= base * (window + 3.0), (window, summary.failures)
-    node.cluster.request(
-        "DELETE", f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{name}"
-    )
