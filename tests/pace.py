@@ -37,7 +37,7 @@ class Pace:
     service_ms: float
     """Median latency of one request alone on one replica, through the front."""
     capacity_rps: float
-    """Requests per second one replica completes when saturated."""
+    """Requests per second one replica serves within its CPU limit or request."""
     factor: float
     """The share of the nominal rates this machine's replica carries as designed (<= 1)."""
 
@@ -49,7 +49,7 @@ class Pace:
 
     def __str__(self) -> str:
         return (
-            f"a request alone {self.service_ms:.0f} ms, one replica saturated "
+            f"a request alone {self.service_ms:.0f} ms, one replica's capacity "
             f"{self.capacity_rps:.1f} requests/s; rates x{self.factor:.2f}"
         )
 
@@ -76,16 +76,27 @@ def _saturated(call: Callable[[], object]) -> float:
     return len(counted) / MEASURE_S
 
 
-def measure(call: Callable[[], object], base_rps: float, samples: int = 15) -> Pace:
-    """Time ``samples`` sequential ``call()``s (after 3 to warm up), then saturate one
-    replica, and size ``base_rps`` to it."""
+def measure(
+    call: Callable[[], object],
+    base_rps: float,
+    samples: int = 15,
+    cpu_s: Callable[[], float] | None = None,
+    cores: float = 0.0,
+) -> Pace:
+    """Time ``samples`` sequential ``call()``s (after 3 to warm up) and size ``base_rps``
+    to one replica's capacity: saturated where its CPU limit caps it (the local runtime);
+    ``cores`` over the CPU a request costs where it has no limit and may use the node's idle
+    cores, as a Kubernetes pod with only a CPU request does (``cpu_s``: the replica's CPU
+    seconds so far, from its cgroup). servectl sizes such a replica by its request (load
+    past it reads as overload), so that is its capacity here too."""
     for _ in range(3):
         call()
     took = []
+    used = cpu_s() if cpu_s is not None else 0.0
     for _ in range(samples):
         began = time.perf_counter()
         call()
         took.append(time.perf_counter() - began)
-    capacity = _saturated(call)
+    capacity = cores / ((cpu_s() - used) / samples) if cpu_s is not None else _saturated(call)
     factor = min(1.0, BUSY * capacity / base_rps)
     return Pace(service_ms=statistics.median(took) * 1000.0, capacity_rps=capacity, factor=factor)

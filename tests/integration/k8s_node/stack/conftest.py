@@ -12,7 +12,7 @@ import pytest
 
 from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
-from servectl.testing.k8s.node import Node
+from servectl.testing.k8s.node import CGROUP, Node
 from tests import pace
 from tests.integration.k8s_node.conftest import (
     NS,
@@ -68,7 +68,8 @@ def service(node: Node) -> Iterator[list[str]]:
 @pytest.fixture(scope="package")
 def paced(node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images) -> pace.Pace:
     """This machine's pace (tests/pace.py) for 5 requests/s on one replica of cost_model at
-    250m CPU, timed through the Gateway on a ModelService of one replica made for it."""
+    250m CPU, timed through the Gateway on a ModelService of one replica made for it, its
+    CPU read from the pod's cgroup (cgroup v1, the kubelet's cgroupfs driver)."""
     name = "pace"
     start(
         node,
@@ -78,8 +79,15 @@ def paced(node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images) ->
         traefik.web,
         {"minReplicas": 1, "maxReplicas": 1},
     )
+    found = get(node, f"/api/v1/namespaces/{NS}/pods?labelSelector=servectl.io/service={name}")
+    uid = found["items"][0]["metadata"]["uid"]
+    usage = Path(f"/sys/fs/cgroup/cpuacct{CGROUP}/kubepods/burstable/pod{uid}/cpuacct.usage")
+
+    def cpu_s() -> float:
+        return int(usage.read_text()) / 1e9
+
     try:
-        measured = pace.measure(lambda: predict(traefik.web), 5.0)
+        measured = pace.measure(lambda: predict(traefik.web), 5.0, cpu_s=cpu_s, cores=0.25)
     finally:
         node.cluster.request("DELETE", f"{MODELSERVICES}/{name}")
         until(
