@@ -31,7 +31,7 @@ def demo(
             "--base-rps",
             min=1,
             help="The load before and after the step [default: 8, or 5 with --kubernetes; "
-            "less where one replica would be over a quarter busy on it: the demo times a "
+            "less where one replica would be too busy on it: the demo times a "
             "request first and says what it chose].",
             show_default=False,
         ),

@@ -312,6 +312,25 @@ class KubeTarget:
         if status != 200:
             raise DemoError(f"setting spec.model.version to {version} was refused: {answer}")
 
+    def cpu_seconds(self) -> float | None:
+        """The model pods' CPU so far, from their cgroups on this node (cgroup v1, the
+        kubelet's cgroupfs driver under its cgroup root); None where one cannot be read."""
+        from servectl.testing.k8s.node import CGROUP
+
+        mine = f"labelSelector={LABEL_SERVICE}%3D{SERVICE}"
+        pods = self._get(f"/api/v1/namespaces/{self.namespace}/pods?{mine}").get("items", [])
+        total = 0.0
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            qos = str((pod.get("status") or {}).get("qosClass") or "Burstable").lower()
+            tier = "" if qos == "guaranteed" else f"/{qos}"
+            usage = Path(f"/sys/fs/cgroup/cpuacct{CGROUP}/kubepods{tier}/pod{uid}/cpuacct.usage")
+            try:
+                total += int(usage.read_text()) / 1e9
+            except (OSError, ValueError):
+                return None
+        return total if pods else None
+
     def set_slo(self, slo_ms: float) -> None:
         self.settings = dataclasses.replace(self.settings, slo_ms=slo_ms)
         autoscaling = service_doc(self.settings, self.images.model_server_ref)["spec"][

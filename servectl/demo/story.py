@@ -49,9 +49,17 @@ PACE_BUSY = 0.25
 """The largest share of one replica's capacity the base load takes, unless --base-rps. At
 35 % the latency signal asked for 1.03 replicas on the base load (a scale-out and back
 during the warm-up, then the step's scale-out read as a re-grow: burst memory)."""
+PACE_CPU_BUSY = 0.35
+"""The same, where the target reads the CPU a request costs (its capacity is then its CPU
+request over that, which a request's time alone underrates: TensorFlow uses two threads)."""
 PACE_SLO_SERVICE_TIMES = 5.0
 """The SLO is at least this many service times of one request alone, unless --slo-ms."""
 PACE_SAMPLES = 15
+
+
+def cores(quantity: str) -> float:
+    """A Kubernetes CPU quantity in cores: ``"250m"`` is 0.25, ``"2"`` is 2."""
+    return float(quantity[:-1]) / 1000.0 if quantity.endswith("m") else float(quantity)
 
 
 class DemoError(RuntimeError):
@@ -147,6 +155,11 @@ class Target(Protocol):
 
     def set_slo(self, slo_ms: float) -> None:
         """Change the service's p99 target (its latency signal) as a user would there."""
+        ...
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the service's replicas have used so far (their cgroups), or None
+        where the target cannot read them."""
         ...
 
     def check(self) -> None:
@@ -469,13 +482,17 @@ class Story:
             f"served {rps:>3}  p99 {p99:>7}  {revisions}"
         )
 
-    def _service_ms(self) -> float:
-        """The median time of PACE_SAMPLES requests sent one at a time (after 3 to warm
-        up): one replica's service time under its CPU limit, with no queue."""
+    def _time_requests(self) -> tuple[float, float | None]:
+        """PACE_SAMPLES requests sent one at a time (after 3 to warm up): their median time
+        in ms (one replica's, with no queue) and the CPU seconds each cost the service's
+        replicas (None where the target cannot tell)."""
         body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]]}).encode()
         url = f"{self.target.front_url()}/v1/models/{MODEL}:predict"
         took = []
+        used: float | None = None
         for i in range(PACE_SAMPLES + 3):
+            if i == 3:
+                used = self.target.cpu_seconds()
             request = urllib.request.Request(
                 url, data=body, headers={"Content-Type": "application/json"}
             )
@@ -487,7 +504,9 @@ class Story:
                 raise DemoError(f"a prediction through {url} failed: {exc}") from None
             if i >= 3:
                 took.append(time.perf_counter() - began)
-        return statistics.median(took) * 1000.0
+        now = self.target.cpu_seconds() if used is not None else None
+        cost = (now - used) / PACE_SAMPLES if now is not None and used is not None else None
+        return statistics.median(took) * 1000.0, cost if cost and cost > 0 else None
 
     def pace(self) -> None:
         """Size the load and the SLO to this machine. A request's CPU cost differs between
@@ -497,13 +516,23 @@ class Story:
         s = self.settings
         if not (s.pace_rate or s.pace_slo):
             return
-        service_ms = self._service_ms()
-        fits = max(1.0, round(PACE_BUSY * 1000.0 / service_ms, 1))
+        service_ms, cost_s = self._time_requests()
         slo = float(round(PACE_SLO_SERVICE_TIMES * service_ms))
-        said = (
-            f"pace: a request alone takes {service_ms:.0f} ms here (one replica serves "
-            f"~{1000.0 / service_ms:.0f} req/s)"
-        )
+        if cost_s is not None:
+            # A replica with a CPU request and no limit (a pod) may use idle cores, but
+            # servectl sizes it by its request: that is its capacity.
+            capacity = cores(s.cpu) / cost_s
+            fits = max(1.0, round(PACE_CPU_BUSY * capacity, 1))
+            said = (
+                f"pace: a request costs {cost_s * 1000:.0f} ms of CPU here ({service_ms:.0f} ms "
+                f"alone; a replica at {s.cpu} serves ~{capacity:.1f} req/s)"
+            )
+        else:
+            fits = max(1.0, round(PACE_BUSY * 1000.0 / service_ms, 1))
+            said = (
+                f"pace: a request alone takes {service_ms:.0f} ms here (one replica serves "
+                f"~{1000.0 / service_ms:.0f} req/s)"
+            )
         changes = []
         if s.pace_rate and fits < s.base_rps:
             changes.append(f"base load {fits:g} req/s, not {s.base_rps:g} (--base-rps sets it)")

@@ -18,6 +18,7 @@ from servectl.demo.story import (
     Recorder,
     Sample,
     Story,
+    cores,
     p99_of,
     revisions_of,
     scaled_up,
@@ -36,6 +37,9 @@ class Memory:
         self.pending: list[dict[str, Any]] = []
         self.rollouts: list[int] = []
         self.broken: str | None = None
+        self.slo: float | None = None
+        self.cpu: float | None = None  # None: the target cannot read its replicas' CPU
+        self.cost_s = 0.0  # CPU seconds each cpu_seconds() call adds (one request's)
 
     def front_url(self) -> str:
         return "http://127.0.0.1:1"
@@ -55,6 +59,10 @@ class Memory:
 
     def set_slo(self, slo_ms: float) -> None:
         self.slo = slo_ms
+
+    def cpu_seconds(self) -> float | None:
+        self.cpu = None if self.cpu is None else self.cpu + self.cost_s
+        return self.cpu
 
     def check(self) -> None:
         if self.broken:
@@ -212,7 +220,7 @@ def test_the_pace_lowers_the_base_load_and_raises_the_slo_only_where_needed_and_
     said: list[str] = []
     target = Memory()
     story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
-    monkeypatch.setattr(story, "_service_ms", lambda: 100.0)  # 10 req/s a replica
+    monkeypatch.setattr(story, "_time_requests", lambda: (100.0, None))  # 10 req/s a replica
     story.pace()
     assert (story.settings.base_rps, story.settings.slo_ms) == (2.5, 500.0)
     assert target.slo == 500.0  # the service's latency signal moved too
@@ -221,12 +229,57 @@ def test_the_pace_lowers_the_base_load_and_raises_the_slo_only_where_needed_and_
     target = Memory()
     settings = DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250, pace_rate=False)
     story = Story(settings, target, said.append)
-    monkeypatch.setattr(story, "_service_ms", lambda: 100.0)
+    monkeypatch.setattr(story, "_time_requests", lambda: (100.0, None))
     story.pace()
     assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 500.0)
     # A fast machine: the defaults stand.
     story = Story(DemoSettings(out=tmp_path, base_rps=8.0, slo_ms=250), target, said.append)
-    monkeypatch.setattr(story, "_service_ms", lambda: 20.0)
+    monkeypatch.setattr(story, "_time_requests", lambda: (20.0, None))
     story.pace()
     assert (story.settings.base_rps, story.settings.slo_ms) == (8.0, 250)
     assert said[-1].endswith("defaults kept")
+
+
+def test_where_the_target_reads_cpu_the_pace_sizes_by_the_cpu_request_over_a_requests_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+    target = Memory()
+    settings = DemoSettings(out=tmp_path, base_rps=5.0, slo_ms=250, cpu="250m")
+    story = Story(settings, target, said.append)
+    # 32 ms alone, 54 ms of CPU (two threads): a 250m replica serves 4.6 req/s, not 31.
+    monkeypatch.setattr(story, "_time_requests", lambda: (32.0, 0.054))
+    story.pace()
+    assert story.settings.base_rps == 1.6  # 35 % of 0.25 / 0.054
+    assert story.settings.slo_ms == 250  # 5 x 32 ms is less
+    assert "costs 54 ms of CPU" in said[-1] and "~4.6 req/s" in said[-1]
+    assert (cores("250m"), cores("2"), cores("1500m")) == (0.25, 2.0, 1.5)
+
+
+def test_the_cost_of_a_request_is_the_cpu_the_timed_requests_added(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = Memory()
+        target.front_url = lambda: f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[method-assign]
+        target.cpu, target.cost_s = 10.0, 0.75  # each read adds 0.75 s
+        median_ms, cost = Story(DemoSettings(out=tmp_path), target, print)._time_requests()
+        assert median_ms > 0
+        assert cost == pytest.approx(0.75 / 15)  # two reads, 15 timed requests apart
+        target.cpu = None
+        assert Story(DemoSettings(out=tmp_path), target, print)._time_requests()[1] is None
+    finally:
+        server.shutdown()
