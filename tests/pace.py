@@ -82,6 +82,7 @@ def measure(
     samples: int = 15,
     cpu_s: Callable[[], float] | None = None,
     cores: float = 0.0,
+    saturate: bool = True,
 ) -> Pace:
     """Time ``samples`` sequential ``call()``s (after 3 to warm up) and size ``base_rps``
     to one replica's capacity: saturated where its CPU limit caps it (the local runtime);
@@ -97,6 +98,11 @@ def measure(
         began = time.perf_counter()
         call()
         took.append(time.perf_counter() - began)
-    capacity = cores / ((cpu_s() - used) / samples) if cpu_s is not None else _saturated(call)
+    if cpu_s is not None:
+        capacity = cores / ((cpu_s() - used) / samples)
+    elif saturate:
+        capacity = _saturated(call)
+    else:  # the time alone: a service's own replica, which saturating would scale out
+        capacity = 1.0 / statistics.median(took)
     factor = min(1.0, BUSY * capacity / base_rps)
     return Pace(service_ms=statistics.median(took) * 1000.0, capacity_rps=capacity, factor=factor)

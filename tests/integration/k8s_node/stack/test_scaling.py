@@ -22,7 +22,7 @@ from tests.integration.k8s_node.stack.conftest import start
 
 NAME = "step"
 # Nominal figures, scaled to this machine by the package's `paced` fixture (tests/pace.py).
-SLO_MS = 250.0
+SLO_MS = 500.0  # at 250 the latency signal asked 1.01 replicas on the base load (CI, 2026-12-05)
 BASE, HIGH = 5.0, 25.0  # a step x5
 PER_REPLICA = 8.0  # rps a replica is sized for: 1 replica at BASE, 4 (the most) at HIGH
 # (BASE at 5/8 of PER_REPLICA: with 6 per replica the rps signal read 6.8-6.9 requests/s
