@@ -7,10 +7,10 @@ a rate that keeps one replica a third busy on one machine saturates it on anothe
 service scales out before the step, p99 passes the SLO on the base load, and a test waiting
 for "one replica on the base load" times out (CI, 2026-11-28).
 
-:func:`measure` finds one replica's capacity under its CPU limit by saturating it: CONCURRENT
-callers for MEASURE_S, completions per second. (A request alone is no measure of it:
-TensorFlow runs one request on two threads, so a request alone took 31 ms on the node while
-each cost 36 ms of CPU, and a 250m replica served 7 requests/s, not 32.) :class:`Pace` scales
+:func:`measure` finds one replica's capacity: on a Kubernetes pod (a CPU request, no limit)
+its request over the CPU a request costs, from its cgroup (a request's time alone is no
+measure there: TensorFlow runs it on two threads, 32 ms alone for 54 ms of CPU); under the
+local runtime's CPU limit, one over a request's time alone. :class:`Pace` scales
 the tests' nominal rates down where the base load would keep the replica more than ``BUSY``
 busy, and raises the latency SLO where the service time alone would breach it. On a machine
 as fast as the one the figures in docs/benchmarks.md come from the nominal rates stand.
@@ -19,7 +19,6 @@ as fast as the one the figures in docs/benchmarks.md come from the nominal rates
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ BUSY = 0.35
 """The largest share of one replica's capacity the base load may take."""
 SLO_PER_SERVICE_TIME = 4.0
 """A latency SLO is at least this many service times (queueing and CFS throttling at 35 %)."""
-CONCURRENT = 4
-MEASURE_S = 6.0
 
 
 @dataclass(frozen=True)
@@ -54,38 +51,16 @@ class Pace:
         )
 
 
-def _saturated(call: Callable[[], object]) -> float:
-    """Completions per second with CONCURRENT callers for MEASURE_S (after 1 s)."""
-    done: list[float] = []
-    stop = threading.Event()
-
-    def caller() -> None:
-        while not stop.is_set():
-            call()
-            done.append(time.monotonic())
-
-    threads = [threading.Thread(target=caller, daemon=True) for _ in range(CONCURRENT)]
-    began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    time.sleep(1.0 + MEASURE_S)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=30)
-    counted = [t for t in done if began + 1.0 <= t <= began + 1.0 + MEASURE_S]
-    return len(counted) / MEASURE_S
-
-
 def measure(
     call: Callable[[], object],
     base_rps: float,
     samples: int = 15,
     cpu_s: Callable[[], float] | None = None,
     cores: float = 0.0,
-    saturate: bool = True,
 ) -> Pace:
     """Time ``samples`` sequential ``call()``s (after 3 to warm up) and size ``base_rps``
-    to one replica's capacity: saturated where its CPU limit caps it (the local runtime);
+    to one replica's capacity: one over a request's time alone where a CPU limit caps it (the
+    local runtime);
     ``cores`` over the CPU a request costs where it has no limit and may use the node's idle
     cores, as a Kubernetes pod with only a CPU request does (``cpu_s``: the replica's CPU
     seconds so far, from its cgroup). servectl sizes such a replica by its request (load
@@ -100,9 +75,7 @@ def measure(
         took.append(time.perf_counter() - began)
     if cpu_s is not None:
         capacity = cores / ((cpu_s() - used) / samples)
-    elif saturate:
-        capacity = _saturated(call)
-    else:  # the time alone: a service's own replica, which saturating would scale out
+    else:  # under a CPU limit, a request alone (saturating would scale the service out)
         capacity = 1.0 / statistics.median(took)
     factor = min(1.0, BUSY * capacity / base_rps)
     return Pace(service_ms=statistics.median(took) * 1000.0, capacity_rps=capacity, factor=factor)

@@ -23,7 +23,7 @@ def test_a_load_step_scales_out_and_p99_comes_back_with_no_failed_request(
     # Paced by a request's time alone: saturating the service's own replica (CI,
     # 2026-12-05) left the engine 3 replicas to shed before the step.
     port = deploy(runtime, doc)
-    paced = pace.measure(lambda: predict(port), NOMINAL_BASE, saturate=False)
+    paced = pace.measure(lambda: predict(port), NOMINAL_BASE)
     base, high = paced.rps(NOMINAL_BASE), paced.rps(NOMINAL_HIGH)
     slo_ms = paced.slo_ms(NOMINAL_SLO_MS)
     print(f"\n{paced}: {base:g} -> {high:g} requests/s, SLO {slo_ms:g} ms")
