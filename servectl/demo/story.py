@@ -55,6 +55,11 @@ request over that, which a request's time alone underrates: TensorFlow uses two 
 PACE_SLO_SERVICE_TIMES = 5.0
 """The SLO is at least this many service times of one request alone, unless --slo-ms."""
 PACE_SAMPLES = 15
+PACE_PROBE_GAP_S = 1.0
+"""Seconds between the pace probe's requests' starts: at most one request a second, the
+rate the warm-up ramp starts from. Sent back to back (~22 req/s) the probe read as a surge,
+the warm-up ramp after it as a second one, and burst memory held two replicas through the
+demo's scale-down, 4 minutes later (CI, 2026-12-05)."""
 
 
 def cores(quantity: str) -> float:
@@ -483,19 +488,21 @@ class Story:
         )
 
     def _time_requests(self) -> tuple[float, float | None]:
-        """PACE_SAMPLES requests sent one at a time (after 3 to warm up): their median time
-        in ms (one replica's, with no queue) and the CPU seconds each cost the service's
-        replicas (None where the target cannot tell)."""
+        """PACE_SAMPLES requests sent one at a time, PACE_PROBE_GAP_S apart (after 3 to
+        warm up): their median time in ms (one replica's, with no queue) and the CPU seconds
+        each cost the service's replicas (None where the target cannot tell)."""
         body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]]}).encode()
         url = f"{self.target.front_url()}/v1/models/{MODEL}:predict"
         took = []
         used: float | None = None
+        began = -PACE_PROBE_GAP_S  # the first request goes at once
         for i in range(PACE_SAMPLES + 3):
             if i == 3:
                 used = self.target.cpu_seconds()
             request = urllib.request.Request(
                 url, data=body, headers={"Content-Type": "application/json"}
             )
+            time.sleep(max(0.0, PACE_PROBE_GAP_S - (time.perf_counter() - began)))
             began = time.perf_counter()
             try:
                 with urllib.request.urlopen(request, timeout=30) as answer:

@@ -4,12 +4,15 @@ the real node's end-to-end tests."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from servectl.demo import report
+from servectl.demo import story as story_module
 from servectl.demo.story import (
     DemoError,
     DemoResult,
@@ -256,12 +259,18 @@ def test_where_the_target_reads_cpu_the_pace_sizes_by_the_cpu_request_over_a_req
     assert (cores("250m"), cores("2"), cores("1500m")) == (0.25, 2.0, 1.5)
 
 
-def test_the_cost_of_a_request_is_the_cpu_the_timed_requests_added(tmp_path: Path) -> None:
+def test_the_cost_of_a_request_is_the_cpu_the_timed_requests_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import http.server
     import threading
 
+    monkeypatch.setattr(story_module, "PACE_PROBE_GAP_S", 0.05)
+    arrived: list[float] = []
+
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            arrived.append(time.perf_counter())
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(200)
             self.end_headers()
@@ -279,6 +288,9 @@ def test_the_cost_of_a_request_is_the_cpu_the_timed_requests_added(tmp_path: Pat
         median_ms, cost = Story(DemoSettings(out=tmp_path), target, print)._time_requests()
         assert median_ms > 0
         assert cost == pytest.approx(0.75 / 15)  # two reads, 15 timed requests apart
+        # Paced, not back to back: a burst of probes read as a surge (burst memory).
+        gaps = [b - a for a, b in itertools.pairwise(arrived)]
+        assert len(arrived) == 18 and min(gaps) >= 0.05 * 0.9
         target.cpu = None
         assert Story(DemoSettings(out=tmp_path), target, print)._time_requests()[1] is None
     finally:
