@@ -569,7 +569,12 @@ class Story:
             warmup = self._load("warmup", [(0, 1), (WARMUP_RAMP_S, base), (3600, base)])
             running.append(warmup)
             time.sleep(WARMUP_RAMP_S)
-            self.wait(self._steady_at_base, 90, "the service to be steady on the base load")
+            self.wait(
+                self._steady_at_base,
+                90,
+                "the service to be steady on the base load",
+                lambda: f"{self._decision()}; {self.target.signals().get('rps')} req/s read",
+            )
             self.target.new_events()  # the set-up's events are not the story's
             self.t0 = time.time()
             recorder = Recorder(self.target, self.t0, self.phase)

@@ -17,7 +17,14 @@ from collections.abc import Callable
 from servectl.api import models
 from servectl.autoscaling.config import Routing
 from servectl.backends.kubernetes import objects as obj
-from servectl.backends.kubernetes.backend import Caches, KubeBackend, Memory, parse, post_event
+from servectl.backends.kubernetes.backend import (
+    Caches,
+    KubeBackend,
+    Memory,
+    cpu_settle_s,
+    parse,
+    post_event,
+)
 from servectl.backends.kubernetes.cache import Key, key_of
 from servectl.backends.kubernetes.kube import MODELSERVICES, SCALINGPOLICIES, Doc, Kube, KubeError
 from servectl.controller import status as status_mod
@@ -145,6 +152,7 @@ class KubeFleet:
             options=self.options,
             wall_clock=self._wall,
             checkpoint_s=self.checkpoint_s,
+            cpu_settle_s=cpu_settle_s(self.source.config if self.source is not None else None),
         )
 
     def _mark_for_resync(self, caches: Caches, key: Key) -> None:
