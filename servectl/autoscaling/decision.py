@@ -7,6 +7,7 @@ Every decision carries a reason code that ends up in status, events and the outp
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,5 +69,12 @@ def instant(t: float) -> str:
     the second, ``2026-11-27T14:03:12Z``, as Kubernetes writes times, never a raw
     ``t=1795805059``. A time rather than "in 42 s": the text stays true while it sits in
     status, and a status that did not change is not written again. The CLI shows it in
-    local time with how far it is from now (``servectl.cli.format.readable_times``)."""
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    local time with how far it is from now (``servectl.cli.format.readable_times``).
+    Past what a calendar date can say (a snapshot at the end of year 9999, plus a hold),
+    the last or first second one can."""
+    try:
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        if math.isnan(t):
+            return "an unknown time"
+        return "9999-12-31T23:59:59Z" if t > 0 else "0001-01-01T00:00:00Z"
