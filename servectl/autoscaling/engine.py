@@ -540,9 +540,11 @@ class EnginePolicy:
         for target in cfg.signals:
             prop = _usable(signals.propose(target, snap, demand, cfg.max_replicas))
             if prop is None:
-                missing.append(signals.signal_name(target))
+                missing.append(f"{signals.signal_name(target)} missing")
             else:
                 proposals[prop.signal] = prop
+                if prop.partial:
+                    missing.append(prop.partial)  # a lower bound: never shrink on it
         sustained = max((p.replicas for p in proposals.values()), default=None)
         backlog, overload_since = self._backlog_proposal(snap, demand, overload_since)
         backlog = _usable(backlog)
@@ -590,7 +592,7 @@ class EnginePolicy:
         cfg = self.config
         now, current, ready = snap.time, snap.replicas.current, snap.replicas.ready
         if not asks.proposals:
-            detail = stale_note or f"no usable signal ({', '.join(asks.missing)} missing)"
+            detail = stale_note or f"no usable signal ({', '.join(asks.missing)})"
             detail = f"{detail}: holding {current}"
             return _Choice(current, Reason.METRICS_MISSING, detail, None, panic_until, panics)
         best = max(asks.proposals.values(), key=lambda p: p.replicas)
@@ -606,7 +608,7 @@ class EnginePolicy:
             detail = f"panic ({'overloaded' if asks.overloaded else 'burst'}): {best.detail}"
         if asks.missing and desired < current:
             desired, reason = current, Reason.METRICS_MISSING
-            detail = f"{', '.join(asks.missing)} missing: never shrink on partial metrics"
+            detail = f"{', '.join(asks.missing)}: never shrink on partial metrics"
         return _Choice(desired, reason, detail, best.signal, panic_until, panics)
 
     def _hold_panic(self, snap: Snapshot, demand: signals.Demand, panic_until: float) -> float:

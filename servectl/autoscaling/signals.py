@@ -55,6 +55,9 @@ class Proposal:
     signal: str
     replicas: float
     detail: str
+    #: Why the proposal is a lower bound ("" when it is whole): it may add replicas and
+    #: never removes any (the engine holds as for a missing signal).
+    partial: str = ""
 
 
 def propose(
@@ -100,11 +103,19 @@ def _cpu(target: config.SignalTarget, snap: snapshot.Snapshot, demand: Demand) -
         demand_cores = max(demand_cores, demand.projected_rate * demand.service_s)
     per_replica = demand.request_cores * target.target / 100.0
     replicas = demand_cores / per_replica
+    # Ready replicas whose CPU is not counted yet (settling: their rate window still holds
+    # their model's load) serve their share: the usage read is the others' only.
+    counted = sum(1 for p in snap.pods if p.ready and p.cpu_usage_cores is not None)
+    ready = snap.replicas.ready
+    partial = (
+        f"cpu counts {counted} of {ready} ready replicas" if snap.pods and counted < ready else ""
+    )
     return Proposal(
         signal_name(target),
         replicas,
         f"demand {demand_cores:.2f} cores / ({demand.request_cores:g} cores x "
         f"{target.target:g}%) = {replicas:.2f}",
+        partial,
     )
 
 
