@@ -292,15 +292,23 @@ class KubeTarget:
             if name in self._seen_events or when is None:
                 continue
             self._seen_events.add(name)
+            try:  # etcd's revision at creation: the order servectl posted them in
+                order = int(event["metadata"].get("resourceVersion") or 0)
+            except ValueError:
+                order = 0
             found.append(
                 {
+                    "order": order,
                     "time": when,
                     "type": event.get("type", ""),
                     "reason": event.get("reason", ""),
                     "message": event.get("message", ""),
                 }
             )
-        return sorted(found, key=lambda e: float(e["time"]))
+        # Events carry whole seconds: within one, the order they were posted in (a rollout
+        # completed and the next begun in the same second read the other way round).
+        found.sort(key=lambda e: (float(e["time"]), e["order"]))
+        return [{k: v for k, v in e.items() if k != "order"} for e in found]
 
     def start_rollout(self, version: int) -> None:
         status, answer = self.node.cluster.request(

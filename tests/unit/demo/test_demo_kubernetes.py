@@ -91,9 +91,9 @@ class FakeNode:
         self.cluster = cluster
 
 
-def event(name: str, stamp: str, reason: str) -> dict[str, Any]:
+def event(name: str, stamp: str, reason: str, version: str = "1") -> dict[str, Any]:
     return {
-        "metadata": {"name": name},
+        "metadata": {"name": name, "resourceVersion": version},
         "lastTimestamp": stamp,
         "type": "Normal",
         "reason": reason,
@@ -115,6 +115,21 @@ def test_events_come_once_each_in_time_order(tmp_path: Path) -> None:
     assert first[1]["time"] - first[0]["time"] == 4.0
     assert target.new_events() == []
     assert "involvedObject.name=cost" in cluster.calls[0][1]
+
+
+def test_events_in_one_second_come_in_the_order_they_were_posted(tmp_path: Path) -> None:
+    # A rollout completed and the next begun in the same second (the API's whole seconds).
+    items = [
+        event("x", "2026-12-05T07:50:13Z", "Begun", version="912"),
+        event("y", "2026-12-05T07:50:13Z", "Completed", version="911"),
+        event("z", "2026-12-05T07:50:12Z", "Weights", version="913"),  # stamped earlier
+    ]
+    cluster = FakeCluster({"/api/v1/namespaces/demo/events": (200, {"items": items})})
+    target = kube_demo.KubeTarget(DemoSettings(out=tmp_path), print)
+    target.node = FakeNode(cluster)
+    found = target.new_events()
+    assert [e["reason"] for e in found] == ["Weights", "Completed", "Begun"]
+    assert all("order" not in e for e in found)
 
 
 def test_pods_are_timed_from_creation_to_ready_and_named_in_the_notes(tmp_path: Path) -> None:
