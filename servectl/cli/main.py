@@ -38,7 +38,7 @@ app = typer.Typer(
     help=(
         "Serve TensorFlow models on Kubernetes with one authority over replicas and traffic.\n\n"
         "Start with `servectl demo` (the local runtime: deploy, load, autoscale, canary, "
-        "rollback, in about three minutes), or `servectl up` and `servectl deploy NAME "
+        "rollback, in about four minutes), or `servectl up` and `servectl deploy NAME "
         "--model-path DIR` to serve your own model on this machine. `servectl simulate` "
         "compares the autoscaler with Kubernetes HPA and Knative KPA."
     ),
