@@ -285,7 +285,7 @@ class KubeTarget:
     def new_events(self) -> list[dict[str, Any]]:
         selector = f"involvedObject.kind=ModelService,involvedObject.name={SERVICE}"
         items = self._get(f"/api/v1/namespaces/{self.namespace}/events?fieldSelector={selector}")
-        found = []
+        found: list[tuple[float, int, dict[str, Any]]] = []
         for event in items.get("items", []):
             name = event["metadata"]["name"]
             when = iso_seconds(event.get("lastTimestamp") or event.get("eventTime"))
@@ -296,19 +296,17 @@ class KubeTarget:
                 order = int(event["metadata"].get("resourceVersion") or 0)
             except ValueError:
                 order = 0
-            found.append(
-                {
-                    "order": order,
-                    "time": when,
-                    "type": event.get("type", ""),
-                    "reason": event.get("reason", ""),
-                    "message": event.get("message", ""),
-                }
-            )
+            doc = {
+                "time": when,
+                "type": event.get("type", ""),
+                "reason": event.get("reason", ""),
+                "message": event.get("message", ""),
+            }
+            found.append((float(when), order, doc))
         # Events carry whole seconds: within one, the order they were posted in (a rollout
         # completed and the next begun in the same second read the other way round).
-        found.sort(key=lambda e: (float(e["time"]), e["order"]))
-        return [{k: v for k, v in e.items() if k != "order"} for e in found]
+        found.sort(key=lambda e: e[:2])
+        return [doc for _when, _order, doc in found]
 
     def start_rollout(self, version: int) -> None:
         status, answer = self.node.cluster.request(
