@@ -291,9 +291,11 @@ def events_for(
             if new_phase in (models.RolloutPhase.ABORTED, models.RolloutPhase.DEGRADED)
             else EventType.NORMAL
         )
-        events.append(
-            Event(now, kind, EventReason.ROLLOUT_PHASE, f"rollout {old_phase} -> {new_phase}")
-        )
+        # Where the rollout ended (Completed, Aborted, Degraded) its message says why: an
+        # Aborted event that names no failed check sends the user to `describe` to find it.
+        why = status.rollout.message if status.rollout and kind == EventType.WARNING else ""
+        what = f"rollout {old_phase} -> {new_phase}" + (f": {why}" if why else "")
+        events.append(Event(now, kind, EventReason.ROLLOUT_PHASE, what))
     if not applied:
         wanted = {r.name: r.desired_replicas for r in status.revisions}
         known = {r.name: r.desired_replicas for r in previous.revisions} if previous else {}

@@ -498,12 +498,15 @@ def _replicas(
         last[name] = previous
 
     def retiring(name: str) -> bool:
-        """No traffic now or ahead, nothing held: it gets no replica this cycle."""
+        """No traffic now or ahead, nothing held: it gets no replica this cycle. A drain
+        clock on a revision with no replica holds nothing (and the revision is forgotten
+        this cycle: counting it would keep the stable's slack once, then cut it)."""
         since = lowered_at.get(name)
+        holding = since is not None and now < since + hold_s.get(name, 0.0) and last[name] > 0
         return (
             new_shares.get(name, 0.0) <= 0.0
             and target_shares.get(name, 0.0) <= 0.0
-            and not (since is not None and now < since + hold_s.get(name, 0.0))
+            and not holding
             and (observed.metrics_ok or last[name] == 0)
         )
 

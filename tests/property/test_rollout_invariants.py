@@ -991,6 +991,18 @@ SETTLED = Intent(stable=1, canary=None, weights={1: 100})
 
 
 # The regressions this file found, kept as explicit examples (each failed before its fix).
+@example(  # a drain clock left on a revision with no replica kept stable's slack once
+    tick=cycle(
+        [(1, 100, 0, 0)],
+        SETTLED,
+        16,
+        state=planner.PlannerState(
+            replicas={NAMES[1]: 17, NAMES[2]: 0},
+            lowered_at={NAMES[2]: 100.0},
+            hold_s={NAMES[2]: 1.0},
+        ),
+    )
+)
 @example(  # rule 8 on a first cycle (nothing planned yet): held what it has, not 0
     tick=cycle([(1, 100, 10, 10)], SETTLED, 4, metrics_ok=False)
 )

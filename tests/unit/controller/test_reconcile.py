@@ -197,3 +197,24 @@ def test_a_revision_with_traffic_and_no_ready_replica_is_not_ready() -> None:
     ready = backend.status.condition(C.READY)
     assert ready is not None and ready.status is S.FALSE
     assert ready.reason == "NoReadyReplica" and "m-v1" in ready.message
+
+
+def test_an_aborted_rollout_says_why_in_its_warning_event() -> None:
+    spec = models.RolloutSpec.model_validate(
+        {"steps": [{"setWeight": 50}, {"pause": {}}], "drainSeconds": 0}
+    )
+    backend = FakeBackend({"m-v1": (1, 4, 100)})
+    decider = loop(4, rollout=spec)
+    backend.pending.append(Command(Op.START, 2))
+    for now in range(0, 5):
+        reconcile_once(backend, decider, float(now))
+    backend.pending.append(Command(Op.ABORT))
+    reconcile_once(backend, decider, 5.0)
+    phases = [e for e in backend.events if e.reason is EventReason.ROLLOUT_PHASE]
+    aborted = [e for e in phases if "-> Aborted" in e.message]
+    assert len(aborted) == 1 and aborted[0].type is EventType.WARNING
+    assert backend.status is not None and backend.status.rollout is not None
+    reason = backend.status.rollout.message
+    assert reason and aborted[0].message.endswith(f": {reason}"), aborted[0].message
+    # A phase that is not a fault names no reason: the event stays one short line.
+    assert all(":" not in e.message for e in phases if e.type is EventType.NORMAL), phases
