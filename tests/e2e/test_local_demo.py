@@ -2,9 +2,15 @@
 local runtime (a step x5 and its scale-up, a good canary promoted, a failing one rolled
 back, the scale-down), its summary table and its report.
 
-About five minutes of real processes: the controller, model servers, HAProxy, Prometheus
+About four minutes of real processes: the controller, model servers, HAProxy, Prometheus
 and Locust. The demo paces its load to the machine (servectl.demo.story.Story.pace), so
 the story is the same on a slower machine.
+
+It is also the local runtime's test of a load step (the service on one replica until the
+step, a decision within 15 s, p99 back under the SLO, no failed request servectl caused)
+and of a good canary promoted and a failing one aborted under load (the history, the
+failed check named, no dip in the stable's ready replicas while traffic moves back): the
+demo's story is those, so separate tests ran the same minutes twice.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from servectl.backends.local.store import Store
 from tests.e2e.conftest import _require
+
+DECISION_WITHIN_S = 15.0  # load step -> first scale-up decision (docs/benchmarks.md: ~3 s)
 
 
 def test_servectl_demo_tells_the_whole_story_and_writes_its_report(tmp_path: Path) -> None:
@@ -49,7 +58,32 @@ def test_servectl_demo_tells_the_whole_story_and_writes_its_report(tmp_path: Pat
     # Every failed request was one the model failed itself (v3's injected failures).
     others = [int(n) for n in re.findall(r"by the model, (\d+) other\)", table)]
     assert others and sum(others) == 0, table
-    assert "load step -> first scale-up decision" in table
+    model = [int(n) for n in re.findall(r"(\d+) by the model", table)]
+    assert sum(model) > 0, table  # v3 did fail some requests: the abort had a cause
+    decision = re.search(r"load step -> first scale-up decision: ([\d.]+) s", table)
+    assert decision and float(decision.group(1)) < DECISION_WITHIN_S, table
+    assert re.search(r"load step -> p99 back under [\d.]+ ms: [\d.]+ s", table), table
     assert (out / "report.md").is_file() and (out / "timeline.png").is_file()
-    samples = json.loads((out / "samples.json").read_text())
+    recorded = json.loads((out / "samples.json").read_text())
+    samples, events = recorded["samples"], recorded["events"]
     assert samples, "the recorder kept no sample"
+    # The step finds the service on one replica: the step is the only change.
+    at_step = next(x for x in samples if x["phase"] == "scale-up")
+    assert at_step["revisions"] == {"cost-v1": {"ready": 1, "desired": 1, "weight": 100}}, at_step
+    # Rule 4: while traffic moves back from the failing v3, v2's ready replicas never dip.
+    aborting = [
+        x["revisions"]["cost-v2"]["ready"]
+        for x in samples
+        if x["rollout"] == "Aborted" and x["revisions"].get("cost-v3", {}).get("weight", 0) > 0
+    ]
+    assert aborting and min(aborting) >= aborting[0], aborting
+    # The abort names the check that failed, in its event and in the rollout's history.
+    aborted = [e["message"] for e in events if "-> Aborted" in e["message"]]
+    assert aborted and "errorRate" in aborted[0], aborted
+    store = Store.open(out / "state" / "state.db")
+    try:
+        history = [r.record for r in store.rollout_history("default", "cost")]
+    finally:
+        store.close()
+    assert [(h["toVersion"], h["phase"]) for h in history] == [(2, "Completed"), (3, "Aborted")]
+    assert "errorRate" in history[-1]["message"], history
