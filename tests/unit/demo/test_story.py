@@ -5,6 +5,7 @@ the real node's end-to-end tests."""
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -289,8 +290,10 @@ def test_the_cost_of_a_request_is_the_cpu_the_timed_requests_added(
         assert median_ms > 0
         assert cost == pytest.approx(0.75 / 15)  # two reads, 15 timed requests apart
         # Paced, not back to back: a burst of probes read as a surge (burst memory).
+        # The median gap: one request the busy test machine delays shortens the gap after
+        # it (0.045 s seen under -n 4), a burst would make every gap a few milliseconds.
         gaps = [b - a for a, b in itertools.pairwise(arrived)]
-        assert len(arrived) == 18 and min(gaps) >= 0.05 * 0.9
+        assert len(arrived) == 18 and statistics.median(gaps) >= 0.05 * 0.9, gaps
         target.cpu = None
         assert Story(DemoSettings(out=tmp_path), target, print)._time_requests()[1] is None
     finally:

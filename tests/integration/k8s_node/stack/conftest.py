@@ -5,6 +5,7 @@ Each test deletes the ModelServices it made, so the next finds the node's CPU fr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.integration.k8s_node.conftest import (
     get,
     install_servectl,
     install_traefik,
+    load_servectl_images,
     predict,
     started_monitoring,
     started_node,
@@ -35,7 +37,22 @@ def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="package")
-def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> gateway.Ports:
+def servectl_images(node: Node) -> Iterator[Future[stack.Images]]:
+    """servectl's images built and imported in the background from the node's start, while
+    Traefik and the monitoring start (~1 min saved): `servectl_on_node` waits for them. At
+    the end the import is waited for, so that it never outlives the node."""
+    with ThreadPoolExecutor(1, thread_name_prefix="servectl-images") as pool:
+        loading = pool.submit(load_servectl_images, node)
+        yield loading
+        wait([loading], timeout=900)
+
+
+@pytest.fixture(scope="package")
+def traefik(
+    node: Node,
+    servectl_images: Future[stack.Images],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> gateway.Ports:
     return install_traefik(node, tmp_path_factory)
 
 
@@ -49,9 +66,12 @@ def monitoring(
 
 @pytest.fixture(scope="package")
 def servectl_on_node(
-    node: Node, monitoring: Monitoring, tmp_path_factory: pytest.TempPathFactory
+    node: Node,
+    monitoring: Monitoring,
+    servectl_images: Future[stack.Images],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> stack.Images:
-    return install_servectl(node, monitoring, tmp_path_factory)
+    return install_servectl(node, monitoring, tmp_path_factory, servectl_images)
 
 
 @pytest.fixture
