@@ -97,6 +97,7 @@ def generate_crds() -> list[dict[str, Any]]:
             columns=[
                 _column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
                 _column("Desired", "integer", ".status.autoscaling.desiredReplicas"),
+                _column("Traffic", "string", ".status.traffic"),
                 _column("Strategy", "string", ".spec.rollout.strategy"),
                 _column("Phase", "string", ".status.rollout.phase"),
                 _column("Age", "date", ".metadata.creationTimestamp"),

@@ -23,6 +23,7 @@ from servectl.cli import (
     rollout_verbs,
     simulate_cmd,
     spec_cmd,
+    target,
 )
 from servectl.cli.console import err, out
 from servectl.cli.exporter_cmd import exporter_app
@@ -87,7 +88,12 @@ def _root(
             "controller's model servers; the same as SERVECTL_VERBOSE=1.",
         ),
     ] = False,
+    context: target.ContextOption = None,
+    kubeconfig: target.KubeconfigOption = None,
 ) -> None:
+    # --context and --kubeconfig go before the verb (`servectl --context prod get -n ml`,
+    # as kubectl takes them) or after it; the verb's own win.
+    target.set_global(context, kubeconfig)
     if verbose:
         import os
 

@@ -2,9 +2,11 @@
 cluster (``--context``).
 
 A verb works on a Kubernetes cluster when it is given ``--context NAME`` or
-``--kubeconfig PATH`` (that file's current context), or when ``$SERVECTL_CONTEXT`` names a
-context and no ``--state-dir`` says otherwise; else on the local runtime, exactly as
-before. On a cluster the namespace is ``-n``, else the context's, else ``default``.
+``--kubeconfig PATH`` (that file's current context), before the verb (``servectl
+--context prod get``, as kubectl takes them: :func:`set_global`) or after it, or when
+``$SERVECTL_CONTEXT`` names a context and no ``--state-dir`` says otherwise; else on the
+local runtime, exactly as before. The verb's own options win over the global ones. On a
+cluster the namespace is ``-n``, else the context's, else ``default``.
 
 :func:`session` opens the one or the other as a
 :class:`servectl.backends.client.ServiceClient`, so that each verb is written once; the
@@ -73,8 +75,27 @@ __all__ = [
 ]
 
 
+# The options given before the verb (``servectl --context prod get``): set once by the root
+# command for the one command a process runs; a verb's own options win over them.
+_global: tuple[str | None, Path | None] = (None, None)
+
+
+def set_global(context: str | None, kubeconfig: Path | None) -> None:
+    """Record ``--context``/``--kubeconfig`` given before the verb (the root command)."""
+    global _global
+    _global = (context, kubeconfig)
+
+
+def _with_global(context: str | None, kubeconfig: Path | None) -> tuple[str | None, Path | None]:
+    return (
+        context if context is not None else _global[0],
+        kubeconfig if kubeconfig is not None else _global[1],
+    )
+
+
 def wanted(context: str | None, kubeconfig: Path | None, state: Path | None) -> bool:
     """Do the options name a cluster (True) or the local runtime (False)?"""
+    context, kubeconfig = _with_global(context, kubeconfig)
     if context is None and kubeconfig is None:
         # The variable names a context unless an explicit --state-dir says local.
         return bool(os.environ.get(CONTEXT_ENV)) and state is None
@@ -91,6 +112,7 @@ def open_client(state: Path | None, context: str | None, kubeconfig: Path | None
     if not wanted(context, kubeconfig, state):
         client: ServiceClient = _client(state_dir(state))
         return client
+    context, kubeconfig = _with_global(context, kubeconfig)
     if context is None and kubeconfig is None:
         context = os.environ.get(CONTEXT_ENV) or None
     from servectl.backends.kubernetes.client import ClientError, KubeClient

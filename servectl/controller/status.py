@@ -245,7 +245,11 @@ def build(
     conditions.append(condition(C.SCALING_LIMITED, *limited, now, previous))
 
     status = models.ModelServiceStatus(
-        revisions=revisions, rollout=rollout, autoscaling=autoscaling, conditions=conditions
+        revisions=revisions,
+        traffic=" ".join(f"{r.name}:{r.weight}" for r in revisions) or None,
+        rollout=rollout,
+        autoscaling=autoscaling,
+        conditions=conditions,
     )
     return status, events_for(status, previous, outcome, observed, now=now, applied=applied)
 

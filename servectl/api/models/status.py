@@ -161,6 +161,11 @@ class ModelServiceStatus(StatusModel):
         default=None, description="metadata.generation this status reflects."
     )
     revisions: list[RevisionStatus] = Field(default_factory=list, description="Stable first.")
+    traffic: str | None = Field(
+        default=None,
+        description="The traffic split in one line, `<revision>:<percent>` for each revision, "
+        "stable first (kubectl's Traffic column: a column shows one value, not a list).",
+    )
     rollout: RolloutStatus | None = Field(default=None, description="Rollout progress.")
     autoscaling: AutoscalingStatus | None = Field(default=None, description="Last decision.")
     conditions: list[Condition] = Field(

@@ -286,6 +286,7 @@ def test_kubectl_get_shows_the_crds_printer_columns(
                 "conditions": [{"type": "Ready", "status": "True", "reason": "Serving"}],
                 "autoscaling": {"desiredReplicas": 3},
                 "rollout": {"phase": phase},
+                "traffic": f"{name}-v123:90 {name}-v124:10",
             }
         },
     )
@@ -307,6 +308,7 @@ def test_kubectl_get_shows_the_crds_printer_columns(
         cells = _cells(header, row)
         assert cells["NAME"] == name
         assert cells["READY"] == "True" and cells["DESIRED"] == "3" and cells["PHASE"] == phase
+        assert cells["TRAFFIC"] == f"{name}-v123:90 {name}-v124:10", out  # README: weights
         assert cells["STRATEGY"] in ("", "<none>"), out  # the minimal example sets no rollout
     # The short name works too.
     assert name in _kubectl(clients, control_plane, tmp_path, "get", "ms", "-n", namespace)

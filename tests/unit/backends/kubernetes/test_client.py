@@ -876,3 +876,30 @@ def test_servectl_context_picks_the_cluster_unless_a_state_dir_is_given(
     local = CliRunner().invoke(cli_main.app, ["get", "--state-dir", str(tmp_path / "state")])
     assert local.exit_code == 0, local.output
     assert local.output.startswith("no services; deploy one with")
+
+
+def test_context_and_kubeconfig_go_before_the_verb_as_with_kubectl(
+    cli: Path, kube: FakeKube, tmp_path: Path
+) -> None:
+    kube.put(ms_doc(), STATUS)
+    before = CliRunner().invoke(
+        cli_main.app,
+        ["--context", "prod", "--kubeconfig", str(cli), "get", "-n", NS, "-o", "json"],
+    )
+    assert before.exit_code == 0, before.output
+    assert json.loads(before.output)["metadata"]["name"] == "cost"
+    logs = CliRunner().invoke(
+        cli_main.app, ["--kubeconfig", str(cli), "--context", "prod", "logs", "cost"]
+    )
+    assert f"kubectl --kubeconfig {cli} --context prod -n ml logs" in logs.output
+    # The verb's own option wins over the global one (connect() accepts "prod" only).
+    own = CliRunner().invoke(cli_main.app, ["--context", "other", "get", "--context", "prod"])
+    assert own.exit_code == 0, own.output
+    # Given before the verb, a --state-dir after it still conflicts.
+    both = CliRunner().invoke(
+        cli_main.app, ["--context", "prod", "get", "--state-dir", str(tmp_path)]
+    )
+    assert both.exit_code == 2 and "give one of them" in both.output
+    # And the next command in the same process starts with no global option.
+    local = CliRunner().invoke(cli_main.app, ["get", "--state-dir", str(tmp_path / "state")])
+    assert local.exit_code == 0 and local.output.startswith("no services"), local.output
