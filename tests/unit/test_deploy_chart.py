@@ -1027,3 +1027,28 @@ def test_chart_and_values_agree_on_versions() -> None:
     assert values["replicas"] == 2 and values["leaderElection"]["enabled"] is True
     assert values["watchNamespaces"] == []
     assert values["metrics"]["serviceMonitor"]["enabled"] is False
+
+
+# --- install as documented (issue 27, item 9) ------------------------------------------------
+
+
+def test_the_chart_refuses_kubernetes_1_29_where_the_pods_prestop_sleep_is_refused(
+    helm: Path,
+) -> None:
+    old = _run(helm, "template", RELEASE, CHART, "--kube-version", "1.29.9")
+    assert old.returncode != 0
+    assert ">=1.30.0-0" in old.stderr and "1.29.9" in old.stderr, old.stderr
+    _ok(_run(helm, "template", RELEASE, CHART, "--kube-version", "1.30.0"))
+
+
+def test_the_install_notes_warn_of_the_unpublished_default_image(helm: Path) -> None:
+    def notes(*args: str) -> str:
+        return _ok(
+            _run(helm, "install", RELEASE, CHART, "-n", NAMESPACE, "--dry-run=client", *args)
+        )
+
+    default = notes()
+    assert "WARNING: the image is servectl:0.1.0, which no registry serves" in default, default
+    assert "--set image.repository=REGISTRY/servectl" in default
+    pushed = notes("--set", "image.repository=registry.example.com/servectl")
+    assert "no registry serves" not in pushed and "installed as" in pushed, pushed
