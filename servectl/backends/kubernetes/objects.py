@@ -16,6 +16,10 @@ Per revision (``<service>-v<version>``):
   period to match;
 - a **Service** ``<revision>``: the revision's pods, gRPC 8500 and REST 8501.
 
+A new model version is a new revision (a rollout); a change to anything else a pod reads
+(image, resources, batching, drain) changes the revision's pod template, its ConfigMap's
+data included (``servectl.io/config-hash``), and its Deployment rolls the pods in place.
+
 Per service: a Service ``<service>`` over every revision's pods (the replica-ratio
 fallback when no Gateway API implementation runs), and with the ``gateway`` traffic
 provider an **HTTPRoute** ``<service>`` and a **GRPCRoute** ``<service>-grpc`` whose
@@ -48,6 +52,11 @@ LABEL_REVISION = "servectl.io/revision"
 LABEL_VERSION = "servectl.io/version"
 APPLIED = "servectl.io/applied"
 WEIGHT = "servectl.io/weight"
+# On the pod template: a hash of the revision's ConfigMap data. TF Serving reads its config
+# files once, at start; a changed file (batching) changes the template, and the Deployment
+# rolls its pods in place (maxUnavailable 0: no capacity dip). docs/kubernetes.md, "What
+# rolls".
+CONFIG_HASH = "servectl.io/config-hash"
 COMMAND = "servectl.io/rollout-command"
 """Annotation by which the CLI asks for a rollout operation (JSON: op, version, id)."""
 FINALIZER = "servectl.io/cleanup"
@@ -276,6 +285,7 @@ def deployment(
             mount["subPath"] = source.sub_path
         mounts.append(mount)
     lbl = labels(name, revision, version)
+    config_hash = digest(revision_config(ms, spec, revision, version)["data"])
     container: Doc = {
         "name": "tfserving",
         "image": spec.runtime.image,
@@ -337,6 +347,7 @@ def deployment(
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(REST_PORT),
                         "prometheus.io/path": "/monitoring/prometheus/metrics",
+                        CONFIG_HASH: config_hash,
                     },
                 },
                 "spec": pod_spec,

@@ -180,3 +180,54 @@ def test_the_controller_reads_real_metrics(
         "MetricsAvailable True on the ModelService (the controller's pod reads Prometheus)",
         60,
     )
+
+
+def test_a_batching_change_rolls_the_revisions_pods_in_place(
+    node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images
+) -> None:
+    """Issue 27, item 6: TF Serving reads its batching file at start, so a change to it
+    must replace the pods (a rolling update of the same revision, no new version)."""
+    from servectl.backends.kubernetes import objects
+
+    deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/{SERVICE}-v1"
+    pods = f"/api/v1/namespaces/{NS}/pods?labelSelector=servectl.io/revision={SERVICE}-v1"
+    until(lambda: (get(node, deployment).get("status") or {}).get("readyReplicas"), "v1 Ready")
+    before = {p["metadata"]["name"] for p in get(node, pods).get("items", [])}
+    old_hash = get(node, deployment)["spec"]["template"]["metadata"]["annotations"][
+        objects.CONFIG_HASH
+    ]
+    status, answer = node.cluster.request(
+        "PATCH",
+        f"/apis/servectl.io/v1alpha1/namespaces/{NS}/modelservices/{SERVICE}",
+        {"spec": {"runtime": {"batching": {"maxBatchSize": 4, "batchTimeoutMicros": 1000}}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200, answer
+
+    def rolled() -> list[dict[str, Any]] | None:
+        doc = get(node, deployment)
+        wanted = doc["spec"]["replicas"]
+        st = doc.get("status") or {}
+        if st.get("observedGeneration", 0) < doc["metadata"]["generation"]:
+            return None
+        if (st.get("updatedReplicas"), st.get("readyReplicas")) != (wanted, wanted):
+            return None
+        ready = [
+            p
+            for p in get(node, pods).get("items", [])
+            if objects.pod_ready(p) and not objects.pod_terminating(p)
+        ]
+        return ready if len(ready) == wanted else None
+
+    began = time.monotonic()
+    ready = until(rolled, "the revision's pods replaced by pods with batching on", 180)
+    print(f"batching changed -> pods rolled in {time.monotonic() - began:.0f} s")
+    template = get(node, deployment)["spec"]["template"]
+    assert template["metadata"]["annotations"][objects.CONFIG_HASH] != old_hash
+    for pod in ready:
+        assert pod["metadata"]["name"] not in before, (pod["metadata"]["name"], before)
+        assert "--enable_batching" in pod["spec"]["containers"][0]["args"]
+    config = get(node, f"/api/v1/namespaces/{NS}/configmaps/{SERVICE}-v1-config")
+    assert "max_batch_size { value: 4 }" in config["data"]["batching.config"]
+    served = [predict(traefik.web) for _ in range(20)]  # bounded: 20 requests
+    assert all(len(a["predictions"]) == 1 for a in served)

@@ -66,6 +66,28 @@ def test_deployment_runs_tf_serving_with_that_version_only() -> None:
     assert "max_batch_size { value: 32 }" in config["data"]["batching.config"]
 
 
+def test_a_config_change_changes_the_pod_template_so_the_pods_roll() -> None:
+    """TF Serving reads its config files at start: a batching change that only rewrote the
+    ConfigMap left the running pods on the old one (issue 27, item 6)."""
+
+    def template(**over: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = obj.deployment(MS, spec(**over), "resnet-v3", 3, 2)
+        return doc["spec"]["template"]
+
+    batching = {"maxBatchSize": 32, "batchTimeoutMicros": 2000}
+    base = template(runtime={"batching": batching})
+    assert base == template(runtime={"batching": batching})  # the same spec: no roll
+    assert obj.CONFIG_HASH in base["metadata"]["annotations"]
+    bigger = template(runtime={"batching": {**batching, "maxBatchSize": 64}})
+    assert bigger["metadata"]["annotations"] != base["metadata"]["annotations"]
+    assert bigger["spec"] == base["spec"]  # only the config's hash tells them apart
+    assert template() != base  # batching off: other args and another config
+    # What does not reach a pod does not roll it: the replica count and the weight.
+    assert obj.deployment(MS, spec(), "resnet-v3", 3, 5, weight=40)["spec"]["template"] == (
+        template()
+    )
+
+
 @pytest.mark.parametrize(("load", "threshold"), [(None, 300), (90, 45), (12, 6)])
 def test_the_startup_probe_spans_the_models_load_time_and_holds_liveness_off(
     load: int | None, threshold: int
