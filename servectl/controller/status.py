@@ -81,12 +81,15 @@ def _rollout(outcome: Outcome, now: float) -> models.RolloutStatus:
     if not isinstance(state, LoopState):
         return models.RolloutStatus(phase=phase, message=outcome.plan.message)
     r = state.rollout
+    message = r.message or outcome.plan.message
+    if outcome.plan.waiting and r.active:
+        message = f"{message}; {outcome.plan.waiting}" if message else outcome.plan.waiting
     return models.RolloutStatus(
         phase=phase,
         step=r.step,
         stable_version=r.stable,
         canary_version=r.canary,
-        message=r.message or outcome.plan.message,
+        message=message,
         winner=r.winner if r.winner in ("A", "B") else None,  # type: ignore[arg-type]
         verdicts=[
             models.AnalysisVerdict(

@@ -222,6 +222,7 @@ def plan(
         mix=mix,
     )
     notes: dict[str, tuple[PlanReason, str]] = {}
+    waiting = ""
     # A canary failing hard loses its traffic at once, onto a stable that serves: one with
     # no ready replica (drained to 0 after a setWeight 100 step) would lose every request,
     # worse than the failing canary; then the abort scales stable first like any other.
@@ -232,8 +233,15 @@ def plan(
         new_weights, new_header = dict(target_weights), target_header
         for name in set(current_weights) - set(target_weights):
             notes[name] = (PlanReason.ABORTED_HARD, "failing hard: its traffic moved at once")
-    elif not observed.metrics_ok and not intent.abort:
+    elif not observed.metrics_ok and not intent.abort and not intent.explicit:
+        # Rule 8: no traffic moves on stale metrics, but a user's explicit decision (an
+        # abort, undo or promote --full) does; the rollout's status says what waits.
         new_weights, new_header = dict(current_weights), current_header
+        if new_weights != target_weights or new_header != target_header:
+            waiting = (
+                "metrics stale: traffic held where it is until they return "
+                "(an abort, undo or promote --full is carried out now)"
+            )
     else:
         new_header = _route_header(cycle, current_header, target_header, current_weights, notes)
         new_weights = _shift(cycle, current_weights, target_weights, new_header, notes)
@@ -265,6 +273,7 @@ def plan(
     replicas, reasons = _replicas(
         cycle,
         names_all,
+        headers={h for h in (current_header, new_header, target_header) if h is not None},
         new_shares=new_shares,
         target_shares=target_shares,
         lowered_at=lowered_at,
@@ -326,6 +335,7 @@ def plan(
         phase=intent.phase,
         message=intent.message,
         events=events + header_event,
+        waiting=waiting,
     )
     return result, new_state
 
@@ -470,6 +480,7 @@ def _replicas(
     cycle: _Cycle,
     names: list[str],
     *,
+    headers: set[str],
     new_shares: Mapping[str, float],
     target_shares: Mapping[str, float],
     lowered_at: Mapping[str, float],
@@ -490,6 +501,10 @@ def _replicas(
         if intent.canary is None
         else next((n for n, v in versions.items() if v == intent.canary), None)
     )
+    # Rule 8: on stale metrics nothing shrinks, for the demand they would shrink on is a
+    # guess. A user's explicit decision (promote --full, undo) is carried out on the demand
+    # last read: the revision losing traffic drains, then shrinks, as with fresh metrics.
+    holding_all = not observed.metrics_ok and not intent.explicit
     for name in names:
         previous = state.replicas.get(name)
         if previous is None:
@@ -499,15 +514,23 @@ def _replicas(
 
     def retiring(name: str) -> bool:
         """No traffic now or ahead, nothing held: it gets no replica this cycle. A drain
-        clock on a revision with no replica holds nothing (and the revision is forgotten
-        this cycle: counting it would keep the stable's slack once, then cut it)."""
+        clock that holds no replica (none left, or a share lowered from nothing) holds
+        nothing (and the revision is forgotten this cycle: counting it would keep the
+        stable's slack once, then cut it). Stale
+        metrics (rule 8) keep a header route's revision, whose share is measured, not one
+        with no weight and no header route: it serves nothing (an aborted canary's pods
+        go once drained, metrics or not)."""
         since = lowered_at.get(name)
-        holding = since is not None and now < since + hold_s.get(name, 0.0) and last[name] > 0
+        holding = (
+            since is not None
+            and now < since + hold_s.get(name, 0.0)
+            and min(last[name], needs(name, held_share.get(name, new_shares.get(name, 0.0)))) > 0
+        )
         return (
             new_shares.get(name, 0.0) <= 0.0
             and target_shares.get(name, 0.0) <= 0.0
             and not holding
-            and (observed.metrics_ok or last[name] == 0)
+            and (observed.metrics_ok or last[name] == 0 or name not in headers)
         )
 
     for name in names:
@@ -562,7 +585,9 @@ def _replicas(
         kept: dict[str, int] = {}
         for name in prescale:
             there = max(0, last[name] - base[name] - held.get(name, 0))
-            kept[name] = there if not observed.metrics_ok else min(prescale[name], there)
+            if retiring(name) and base[name] + prescale[name] == 0:
+                there = 0  # it goes this cycle, stale metrics or not: it keeps no budget
+            kept[name] = there if holding_all else min(prescale[name], there)
         allowance = max(0, extra_budget - holdover - sum(kept.values()))
         for name in sorted(prescale, key=lambda n: (n == stable, n)):
             cap = kept[name] + allowance
@@ -582,7 +607,7 @@ def _replicas(
         # Rule 8 holds what the revision has now, as observed when nothing was planned yet
         # (a first cycle, a restarted controller): not 0.
         previous = last[name]
-        if not observed.metrics_ok and count < previous:
+        if holding_all and count < previous and not (count == 0 and retiring(name)):
             count = previous
             reasons.setdefault(
                 name, (PlanReason.METRICS_MISSING, "metrics stale: holding, never shrinking")

@@ -93,6 +93,7 @@ class Plan:
     phase: RolloutPhase = RolloutPhase.IDLE  # the rollout phase after this cycle
     message: str = ""
     events: tuple[str, ...] = field(default_factory=tuple)  # what changed, in words
+    waiting: str = ""  # what the plan holds back from the intent, and why (rule 8)
 
     def revision(self, name: str) -> RevisionPlan | None:
         return next((r for r in self.revisions if r.name == name), None)

@@ -124,7 +124,8 @@ class Tick:
             f"Tick(t={obs.time} metrics_ok={obs.metrics_ok} header={obs.header_revision} "
             f"observed=[{seen}]\n intent(stable={i.stable} canary={i.canary} "
             f"weights={dict(i.weights)} header={i.header} scale={i.canary_scale} "
-            f"abort={i.abort} hard={i.hard} hold={i.hold_s})\n demand={self.demand} "
+            f"abort={i.abort} hard={i.hard} explicit={i.explicit} hold={i.hold_s})\n "
+            f"demand={self.demand} "
             f"surge={self.limits.surge_replicas} state(replicas={dict(b.replicas)} "
             f"lowered_at={dict(b.lowered_at)} hold_s={dict(b.hold_s)} "
             f"held_share={dict(b.held_share)} cost={dict(b.cost)} hs={b.header_share})\n "
@@ -373,18 +374,32 @@ def held_capacity(s: Step, name: str, since: float, hold: float, share: float) -
 
 
 def check_missing_metrics(s: Step) -> list[str]:
-    """Rule 8: with stale metrics nothing shrinks and weights hold; an abort still moves
-    traffic back to stable (only toward it)."""
+    """Rule 8: with stale metrics nothing that serves shrinks and weights hold; an abort
+    still moves traffic back to stable (only toward it), and a user's explicit decision
+    (promote --full, undo) is planned as with fresh metrics on the demand last read
+    (check_scale_first: only onto ready capacity; the giver drains, then shrinks). A
+    revision with no weight now or ahead and no header route serves nothing: it goes once
+    drained (the drain floor is checked in check_step), metrics or not (issue 27, item 8)."""
     if s.tick.observed.metrics_ok:
         return []
     out = []
+    headers = {s.cur_header, s.new_header, s.target_header}
+    explicit = s.tick.intent.explicit and not s.tick.intent.abort
     for name in s.names():
-        if s.planned.get(name, 0) < s.prev.get(name, 0):
+        idle = (
+            s.new_share.get(name, 0.0) <= 0.0
+            and s.target_share.get(name, 0.0) <= 0.0
+            and name not in headers
+            and s.planned.get(name, 0) == 0
+        )
+        if s.planned.get(name, 0) < s.prev.get(name, 0) and not idle and not explicit:
             out.append(
                 f"t={s.time}: metrics stale, {name} shrinks {s.prev.get(name, 0)} -> "
                 f"{s.planned.get(name, 0)}"
             )
-    if not s.tick.intent.abort:
+    if explicit:
+        pass  # weights and sizes follow the rules of fresh metrics, on the demand last read
+    elif not s.tick.intent.abort:
         if s.new_w != s.cur_w or s.new_header != s.cur_header:
             out.append(f"t={s.time}: metrics stale, weights {s.cur_w} -> {s.new_w}")
     else:
@@ -464,9 +479,8 @@ def check_upper_bound(s: Step, drains: Mapping[str, Drain]) -> list[str]:
         if drain is not None:
             bounds.append(held_capacity(s, name, drain.since, drain.hold, drain.share))
         tolerance = s.need(name, max(share, goal) * (1.0 + planner.SHRINK_TOLERANCE))
-        if (goal > 0 and goal >= share - EPS and tolerance >= previous) or not (
-            s.tick.observed.metrics_ok
-        ):
+        stale_hold = not s.tick.observed.metrics_ok and not s.tick.intent.explicit
+        if (goal > 0 and goal >= share - EPS and tolerance >= previous) or stale_hold:
             bounds.append(previous)
         if s.planned.get(name, 0) > max(bounds):
             out.append(
@@ -833,6 +847,8 @@ def planner_inputs(draw: st.DrawFn) -> Tick:
         canary_scale=scale,
         abort=abort,
         hard=abort and draw(st.booleans()),
+        # A user's promote --full or undo (issue 27, item 8).
+        explicit=canary is not None and not abort and draw(st.integers(0, 3)) == 0,
         hold_s=float(draw(st.integers(0, 60))),
         phase=Phase.ABORTED if abort else Phase.PROGRESSING,
     )
@@ -1000,6 +1016,19 @@ SETTLED = Intent(stable=1, canary=None, weights={1: 100})
             replicas={NAMES[1]: 17, NAMES[2]: 0},
             lowered_at={NAMES[2]: 100.0},
             hold_s={NAMES[2]: 1.0},
+        ),
+    )
+)
+@example(  # a drain clock holding a share of 0 kept stable's slack once, then cut it
+    tick=cycle(
+        [(1, 100, 2, 0), (2, 0, 0, 0)],
+        SETTLED,
+        1,
+        state=planner.PlannerState(
+            replicas={NAMES[2]: 1},
+            lowered_at={NAMES[2]: 100.0},
+            hold_s={NAMES[2]: 1.0},
+            held_share={NAMES[2]: 0.0},
         ),
     )
 )

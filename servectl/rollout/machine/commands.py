@@ -60,7 +60,9 @@ def command(
             )
         base = replace(state, phase=Phase.PROGRESSING, user_paused=False, wait_since=None)
         if op is Op.PROMOTE_FULL or spec.strategy is not models.RolloutStrategy.CANARY:
-            return replace(clear_step(base, now), promoting=True, message="promoted in full")
+            return replace(
+                clear_step(base, now), promoting=True, user_decided=True, message="promoted in full"
+            )
         if state.promoting:
             return replace(base, message="already promoting")
         return next_step(base, now, "step promoted by the user", spec=spec, skip_wait=True)
@@ -80,7 +82,7 @@ def command(
         )
     target = state.previous_stable
     undone = _restart(state, target, now, f"undo: back to v{target}")
-    return replace(undone, promoting=True, skip_analysis=True)
+    return replace(undone, promoting=True, skip_analysis=True, user_decided=True)
 
 
 def _start(

@@ -72,6 +72,9 @@ class RolloutState:
     hard_abort: bool = False
     promoting: bool = False  # all steps done (or promote-full): going to 100 %
     skip_analysis: bool = False  # undo: straight back to the previous version
+    # The user's promote --full or undo: an explicit decision, carried out while metrics
+    # are stale (the planner's weights move toward it; an abort moves them anyway).
+    user_decided: bool = False
     winner: str | None = None
     ab_started: float | None = None  # when the header route was first applied
     switched_at: float | None = None  # blueGreen: when the switch was applied
@@ -108,6 +111,9 @@ class Intent:
     canary_scale: tuple[str, int] | None = None
     abort: bool = False
     hard: bool = False
+    # A user's promote --full or undo: weights move toward the intent while metrics are
+    # stale (rule 8 holds the autoscaler, not a user's explicit decision).
+    explicit: bool = False
     hold_s: float = 30.0  # a revision that loses traffic keeps its size this long
     phase: Phase = Phase.IDLE
     message: str = ""

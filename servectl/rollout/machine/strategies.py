@@ -92,6 +92,7 @@ def _switch_intent(state: RolloutState, hold: float) -> Intent:
         canary=state.canary,
         weights={state.canary: 100},
         canary_scale=("weight", 100),
+        explicit=state.user_decided,
         hold_s=hold,
         phase=state.phase,
         message=state.message,
@@ -113,6 +114,7 @@ def _intent(state: RolloutState, weight: int, hold: float, **extra: Any) -> Inte
     canary = state.canary
     assert canary is not None
     weights = {state.stable: 100 - weight, canary: weight}
+    extra.setdefault("explicit", state.promoting and state.user_decided)
     return Intent(
         stable=state.stable,
         canary=canary,

@@ -218,3 +218,26 @@ def test_an_aborted_rollout_says_why_in_its_warning_event() -> None:
     assert reason and aborted[0].message.endswith(f": {reason}"), aborted[0].message
     # A phase that is not a fault names no reason: the event stays one short line.
     assert all(":" not in e.message for e in phases if e.type is EventType.NORMAL), phases
+
+
+def test_on_stale_metrics_the_rollout_says_what_waits_and_a_full_promotion_goes_on() -> None:
+    """Issue 27, item 8: rule 8 holds the steps' traffic while metrics are stale, and the
+    rollout's status says so; the user's promote --full is carried out all the same."""
+    spec = models.RolloutSpec.model_validate(
+        {"steps": [{"setWeight": 50}, {"pause": {}}], "drainSeconds": 0}
+    )
+    backend = FakeBackend({"m-v1": (1, 4, 100)})
+    decider = loop(4, rollout=spec)
+    backend.metrics_ok = False
+    backend.pending.append(Command(Op.START, 2))
+    for now in range(0, 20):
+        reconcile_once(backend, decider, float(now))
+    assert backend.status is not None and backend.status.rollout is not None
+    assert backend.revisions["m-v1"][2] == 100  # the 50 % step waits for metrics
+    message = backend.status.rollout.message
+    assert "metrics stale: traffic held where it is until they return" in message, message
+    backend.pending.append(Command(Op.PROMOTE_FULL))
+    for now in range(20, 60):
+        reconcile_once(backend, decider, float(now))
+    assert backend.revisions.get("m-v2", (2, 0, 0))[2] == 100, backend.revisions
+    assert backend.status.rollout.phase is models.RolloutPhase.COMPLETED

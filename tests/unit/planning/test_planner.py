@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from servectl.autoscaling.snapshot import Replicas, Signals, Snapshot
 from servectl.planning import planner
 from servectl.planning.types import Observed, ObservedRevision, RevisionNames
@@ -182,6 +184,60 @@ def test_missing_metrics_hold_weights_and_never_shrink() -> None:
     obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), ok=False)
     result, _ = planner.plan(intent({1: 50, 2: 50}), obs, 10, state, NAMES)
     assert result.revision("m-v2").weight == 0  # type: ignore[union-attr]
+
+
+def test_missing_metrics_say_what_the_held_traffic_waits_for() -> None:
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5), ok=False)
+    held, _ = planner.plan(intent({1: 50, 2: 50}), obs, 10, planner.PlannerState(), NAMES)
+    assert held.waiting.startswith("metrics stale: traffic held"), held.waiting
+    assert "promote --full is carried out" in held.waiting
+    fresh = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=5, ready=5))
+    moving, _ = planner.plan(intent({1: 50, 2: 50}), fresh, 10, planner.PlannerState(), NAMES)
+    assert moving.waiting == ""
+
+
+def test_a_users_full_promotion_moves_traffic_on_stale_metrics() -> None:
+    """Issue 27, item 8: rule 8 holds the autoscaler, not the user's explicit decision.
+    The shift still waits for ready capacity (rule 1)."""
+    obs = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=10), ok=False)
+    result, _ = planner.plan(
+        intent({2: 100}, explicit=True), obs, 10, planner.PlannerState(), NAMES
+    )
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    assert (stable.weight, canary.weight) == (0, 100) and result.waiting == ""
+    assert stable.replicas == 5  # drained first, and nothing shrinks on stale metrics meanwhile
+    short = observed(rev(1, weight=50, desired=5), rev(2, weight=50, desired=5), ok=False)
+    result, _ = planner.plan(
+        intent({2: 100}, explicit=True), short, 10, planner.PlannerState(), NAMES
+    )
+    canary = result.revision("m-v2")
+    assert canary is not None and canary.weight < 100 and canary.replicas == 10
+
+
+def test_a_revision_with_no_traffic_goes_after_its_drain_on_stale_metrics() -> None:
+    """An aborted canary at weight 0 serves nothing: rule 8 does not keep its pods (issue
+    27, item 8: a GPU canary's pods stayed until Prometheus came back)."""
+    state = planner.PlannerState(
+        replicas={"m-v1": 10, "m-v2": 4},
+        lowered_at={"m-v2": 0.0},
+        hold_s={"m-v2": 30.0},
+        held_share={"m-v2": 0.3},  # it carried 30 % before the abort
+    )
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=4), now=20.0, ok=False)
+    aborted = Intent(stable=1, canary=None, weights={1: 100}, phase=Phase.ABORTED)
+    draining, _ = planner.plan(aborted, obs, 10, state, NAMES)
+    assert draining.revision("m-v2").replicas == 4  # type: ignore[union-attr]
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=4), now=40.0, ok=False)
+    drained, _ = planner.plan(aborted, obs, 2, state, NAMES)
+    assert drained.revision("m-v2") is None
+    assert drained.revision("m-v1").replicas == 10  # type: ignore[union-attr]  # rule 8
+    # A header route's revision keeps its pods: its share is measured, and metrics are stale.
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=4), now=40.0, ok=False)
+    with_header = replace(obs, header_revision="m-v2")
+    ab = Intent(stable=1, canary=2, weights={1: 100}, header=2, phase=Phase.PROGRESSING)
+    kept, _ = planner.plan(ab, with_header, 10, state, NAMES)
+    assert kept.revision("m-v2").replicas == 4  # type: ignore[union-attr]
 
 
 def test_abort_restores_stable_capacity_before_moving_traffic() -> None:

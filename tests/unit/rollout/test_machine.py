@@ -130,8 +130,26 @@ def test_promote_full_then_complete_then_undo() -> None:
     state, intent = machine.advance(state, SPEC, view(3.0, canary_weight=100))
     assert state.phase is Phase.COMPLETED and state.stable == 2
     assert state.previous_stable == 1 and intent.weights == {2: 100}
+    assert not intent.explicit  # settled: nothing of the user's is in flight
     undone = machine.command(state, Op.UNDO, SPEC, 4.0)
     assert undone.canary == 1 and undone.promoting and undone.skip_analysis
+    _, intent = machine.advance(undone, SPEC, view(5.0, canary_weight=100))  # v2 serves
+    assert intent.explicit and intent.weights == {2: 0, 1: 100}
+
+
+def test_only_the_users_decisions_are_explicit_for_the_planner() -> None:
+    """Issue 27, item 8: on stale metrics the planner moves traffic for a user's promote
+    --full or undo (an abort moves it anyway), never for the steps' own progress."""
+    state, intent = machine.advance(started(), SPEC, view(1.0))
+    assert not intent.explicit
+    full = machine.command(state, Op.PROMOTE_FULL, SPEC, 2.0)
+    assert full.user_decided
+    _, intent = machine.advance(full, SPEC, view(3.0, canary_weight=20))
+    assert intent.explicit and intent.weights == {1: 0, 2: 100}
+    restored = machine.from_dict(json.loads(json.dumps(machine.to_dict(full))))
+    assert restored.user_decided  # a restarted controller carries it out too
+    restarted = machine.command(full, Op.START, SPEC, 4.0, version=3)
+    assert not restarted.user_decided
 
 
 def test_progress_deadline_is_not_consumed_while_replicas_keep_arriving() -> None:
