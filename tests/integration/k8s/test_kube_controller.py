@@ -341,9 +341,16 @@ def test_canary_moves_as_pods_become_ready_and_promotion_keeps_the_size(
     deps = harness.deployments()
     assert deps["cn-v2"]["spec"]["replicas"] == 2  # promotion keeps the size, not minReplicas
     assert harness.weights("cn") == {"cn-v2": 100}
-    assert not harness.kube.list(
-        CONFIGMAPS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cn-v1"
-    )["items"]
+    # The retired revision's objects go in one cycle, Deployment first: its ConfigMap a
+    # moment after the Deployment (CI, 2026-12-05: read in between).
+    eventually(
+        lambda: not harness.kube.list(
+            CONFIGMAPS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cn-v1"
+        )["items"]
+        or None,
+        "v1's ConfigMap deleted",
+        timeout_s=10,
+    )
 
 
 def test_a_canary_failing_its_analysis_is_rolled_back_without_a_dip_in_stable(

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from servectl.testing.k8s import gateway, stack
+from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
 from servectl.testing.load import Load
 from tests.integration.k8s_node.conftest import NS, get, until
@@ -288,3 +289,61 @@ def test_the_controller_pod_deleted_mid_rollout_the_other_takes_the_lease_and_go
         summary = load.finish()
     print(f"\nLease: {leader} deleted, {successor} took over in {took:.1f} s")
     assert summary.total.failures == 0, summary.failures
+
+
+def metrics_available(node: Node, name: str) -> str:
+    found = (get(node, f"{MODELSERVICES}/{name}").get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in found if c["type"] == "MetricsAvailable"), "")
+
+
+def test_with_prometheus_stopped_a_full_promotion_and_an_abort_are_carried_out(
+    node: Node,
+    traefik: gateway.Ports,
+    monitoring: Monitoring,
+    servectl_on_node: stack.Images,
+    service: list[str],
+) -> None:
+    """Issue 27, item 8, on the real node: metrics gone, the steps' traffic is held and the
+    rollout's status says so, but the user's `promote --full` moves every request to v2,
+    and after an `abort` the canary's pods go once drained, not when metrics come back."""
+    name = "stale"
+    service.append(name)
+    spec = {
+        "strategy": "canary",
+        "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
+        "drainSeconds": 3,
+    }
+    start(node, servectl_on_node, name, spec, traefik.web)
+    until(lambda: metrics_available(node, name) == "True", "MetricsAvailable True", 90)
+    set_version(node, name, 2)
+    until(lambda: weights(node, name).get(f"{name}-v2") == 30, "the canary paused at 30 %", 180)
+    monitoring.prometheus.stop()
+    try:
+        until(lambda: metrics_available(node, name) == "False", "MetricsAvailable False", 60)
+        done = servectl(node, "rollout", "promote", name, "--full", "-n", NS, "--no-wait")
+        assert done.returncode == 0, done.stdout + done.stderr
+        until(
+            lambda: weights(node, name) == {f"{name}-v2": 100},
+            "every request on v2 with Prometheus stopped",
+            90,
+        )
+        until(lambda: rollout(node, name).get("phase") == "Completed", "v2 completed", 60)
+        # A new version: its first step waits for metrics, and the status says so.
+        set_version(node, name, 3)
+        until(
+            lambda: "metrics stale: traffic held" in rollout(node, name).get("message", ""),
+            "the rollout's status naming what it waits for",
+            60,
+        )
+        assert weights(node, name) == {f"{name}-v2": 100}
+        canary = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}-v3"
+        until(lambda: get(node, canary), "v3's Deployment", 60)
+        done = servectl(node, "rollout", "abort", name, "-n", NS, "--no-wait")
+        assert done.returncode == 0, done.stdout + done.stderr
+        until(lambda: rollout(node, name).get("phase") == "Aborted", "v3 aborted", 60)
+        until(lambda: not get(node, canary), "v3's Deployment gone, metrics still stopped", 60)
+        assert metrics_available(node, name) == "False"
+    finally:
+        if not monitoring.prometheus.running:
+            monitoring.prometheus.start()
+    until(lambda: metrics_available(node, name) == "True", "metrics back", 90)
