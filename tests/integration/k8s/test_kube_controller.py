@@ -344,10 +344,12 @@ def test_canary_moves_as_pods_become_ready_and_promotion_keeps_the_size(
     # The retired revision's objects go in one cycle, Deployment first: its ConfigMap a
     # moment after the Deployment (CI, 2026-12-05: read in between).
     eventually(
-        lambda: not harness.kube.list(
-            CONFIGMAPS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cn-v1"
-        )["items"]
-        or None,
+        lambda: (
+            not harness.kube.list(
+                CONFIGMAPS, harness.namespace, label_selector=f"{obj.LABEL_REVISION}=cn-v1"
+            )["items"]
+            or None
+        ),
         "v1's ConfigMap deleted",
         timeout_s=10,
     )

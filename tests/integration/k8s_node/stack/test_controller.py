@@ -205,25 +205,23 @@ def test_a_batching_change_rolls_the_revisions_pods_in_place(
     assert status == 200, answer
 
     def rolled() -> list[dict[str, Any]] | None:
-        doc = get(node, deployment)
-        wanted = doc["spec"]["replicas"]
-        st = doc.get("status") or {}
-        if st.get("observedGeneration", 0) < doc["metadata"]["generation"]:
-            return None
-        if (st.get("updatedReplicas"), st.get("readyReplicas")) != (wanted, wanted):
-            return None
-        ready = [
-            p
-            for p in get(node, pods).get("items", [])
-            if objects.pod_ready(p) and not objects.pod_terminating(p)
-        ]
-        return ready if len(ready) == wanted else None
+        """The new pods, once as many are Ready as the Deployment wants and every old
+        one is going (Deployment status alone counts an old Ready pod in readyReplicas)."""
+        wanted = get(node, deployment)["spec"]["replicas"]
+        listed = [p for p in get(node, pods).get("items", []) if not objects.pod_terminating(p)]
+        new = [p for p in listed if p["metadata"]["name"] not in before]
+        old = [p for p in listed if p["metadata"]["name"] in before]
+        fresh = [p for p in new if objects.pod_ready(p)]
+        return fresh if len(fresh) == wanted and not old else None
+
+    def config_hash() -> str:
+        template = get(node, deployment)["spec"]["template"]
+        return str(template["metadata"]["annotations"][objects.CONFIG_HASH])
 
     began = time.monotonic()
+    until(lambda: config_hash() != old_hash, "the controller's new pod template", 60)
     ready = until(rolled, "the revision's pods replaced by pods with batching on", 180)
     print(f"batching changed -> pods rolled in {time.monotonic() - began:.0f} s")
-    template = get(node, deployment)["spec"]["template"]
-    assert template["metadata"]["annotations"][objects.CONFIG_HASH] != old_hash
     for pod in ready:
         assert pod["metadata"]["name"] not in before, (pod["metadata"]["name"], before)
         assert "--enable_batching" in pod["spec"]["containers"][0]["args"]

@@ -335,7 +335,8 @@ def test_with_prometheus_stopped_a_full_promotion_and_an_abort_are_carried_out(
             "the rollout's status naming what it waits for",
             60,
         )
-        assert weights(node, name) == {f"{name}-v2": 100}
+        held = weights(node, name)
+        assert (held.get(f"{name}-v2"), held.get(f"{name}-v3", 0)) == (100, 0), held
         canary = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}-v3"
         until(lambda: get(node, canary), "v3's Deployment", 60)
         done = servectl(node, "rollout", "abort", name, "-n", NS, "--no-wait")
