@@ -34,6 +34,12 @@ from tests.integration.k8s_node.stack.conftest import (
 
 INJECTED = "injected failure"  # what cost_model v3 answers for the requests it fails
 RPS = 25.0
+# A canary that stops at 30 % until told to go on (resume, or promote --full).
+PAUSED_AT_30: dict[str, Any] = {
+    "strategy": "canary",
+    "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
+    "drainSeconds": 3,
+}
 
 
 def gateway_counts(traefik: gateway.Ports, service: str) -> Counter[str]:
@@ -248,12 +254,7 @@ def test_the_controller_pod_deleted_mid_rollout_the_other_takes_the_lease_and_go
 ) -> None:
     name = "lease"
     service.append(name)
-    spec = {
-        "strategy": "canary",
-        "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
-        "drainSeconds": 3,
-    }
-    start(node, servectl_on_node, name, spec, traefik.web)
+    start(node, servectl_on_node, name, PAUSED_AT_30, traefik.web)
     load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
     try:
         set_version(node, name, 2)
@@ -308,12 +309,7 @@ def test_with_prometheus_stopped_a_full_promotion_and_an_abort_are_carried_out(
     and after an `abort` the canary's pods go once drained, not when metrics come back."""
     name = "stale"
     service.append(name)
-    spec = {
-        "strategy": "canary",
-        "steps": [{"setWeight": 30}, {"pause": {}}, {"setWeight": 100}],
-        "drainSeconds": 3,
-    }
-    start(node, servectl_on_node, name, spec, traefik.web)
+    start(node, servectl_on_node, name, PAUSED_AT_30, traefik.web)
     until(lambda: metrics_available(node, name) == "True", "MetricsAvailable True", 90)
     set_version(node, name, 2)
     until(lambda: weights(node, name).get(f"{name}-v2") == 30, "the canary paused at 30 %", 180)
