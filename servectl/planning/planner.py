@@ -512,24 +512,25 @@ def _replicas(
             previous = rev.desired if rev is not None else 0
         last[name] = previous
 
+    def drain_floor(name: str) -> int:
+        """The replicas its drain clock holds (rule 2): what it had, up to what its share
+        before lowering needs, until the hold ends; 0 with no clock running."""
+        since = lowered_at.get(name)
+        if since is None or now >= since + hold_s.get(name, 0.0):
+            return 0
+        return min(last[name], needs(name, held_share.get(name, new_shares.get(name, 0.0))))
+
     def retiring(name: str) -> bool:
         """No traffic now or ahead, nothing held: it gets no replica this cycle. A drain
         clock that holds no replica (none left, or a share lowered from nothing) holds
         nothing (and the revision is forgotten this cycle: counting it would keep the
-        stable's slack once, then cut it). Stale
-        metrics (rule 8) keep a header route's revision, whose share is measured, not one
-        with no weight and no header route: it serves nothing (an aborted canary's pods
-        go once drained, metrics or not)."""
-        since = lowered_at.get(name)
-        holding = (
-            since is not None
-            and now < since + hold_s.get(name, 0.0)
-            and min(last[name], needs(name, held_share.get(name, new_shares.get(name, 0.0)))) > 0
-        )
+        stable's slack once, then cut it). Stale metrics (rule 8) keep a header route's
+        revision, whose share is measured, not one with no weight and no header route: it
+        serves nothing (an aborted canary's pods go once drained, metrics or not)."""
         return (
             new_shares.get(name, 0.0) <= 0.0
             and target_shares.get(name, 0.0) <= 0.0
-            and not holding
+            and drain_floor(name) == 0
             and (observed.metrics_ok or last[name] == 0 or name not in headers)
         )
 
@@ -564,11 +565,9 @@ def _replicas(
                 b = previous
             want = previous
         base[name] = b
-        since = lowered_at.get(name)
-        if since is not None and now < since + hold_s.get(name, 0.0):
-            floor = min(previous, needs(name, held_share.get(name, share)))
-            if floor > b:
-                held[name] = floor - b
+        floor = drain_floor(name)
+        if floor > b:
+            held[name] = floor - b
         # Replicas it holds while draining are there for its rising share too (a stable
         # lowered, then aborted back to): pre-scale only beyond them, never both.
         prescale[name] = max(0, want - b - held.get(name, 0))
