@@ -414,6 +414,11 @@ _PATTERNS: Mapping[str, tuple[str, str]] = {
     models.NO_WHITESPACE: ("value", "remove the whitespace"),
     models.DURATION: ("duration", 'write a duration such as "30s", "5m" or "1h30m"'),
     models.HTTP_HEADER_NAME: ("header name", "use an HTTP header name such as x-model-variant"),
+    models.HOSTNAME: (
+        "hostname",
+        f"use a DNS name ({_NAME_HINT} per part, '.' between parts, no IP), optionally "
+        "starting with '*.', e.g. cost.ml.models.example.com",
+    ),
     models.CEL_IDENTIFIER: (
         "identifier",
         "use letters, digits and '_', not starting with a digit (e.g. peak_replicas)",

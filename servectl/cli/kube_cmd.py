@@ -17,6 +17,10 @@ def run_controller(
     prometheus_url: str | None,
     traffic: str,
     gateway: str | None,
+    http_listener: str | None = None,
+    grpc_listener: str | None = None,
+    hostnames: str | None = None,
+    grpc_hostnames: str | None = None,
     leader_elect: bool,
     lease_name: str,
     lease_namespace: str | None,
@@ -42,6 +46,16 @@ def run_controller(
         if not name:
             raise fail(f"--gateway {gateway!r}: give NAME or NAMESPACE/NAME", 2)
         parent = (ns, name)
+    elif traffic == obj.TrafficProvider.GATEWAY:
+        raise fail(
+            "--gateway: required with --traffic gateway (routes without a parent attach to "
+            "no Gateway); name it as NAME or NAMESPACE/NAME, or use --traffic service",
+            2,
+        )
+    for flag, pattern in (("--hostnames", hostnames), ("--grpc-hostnames", grpc_hostnames)):
+        problem = obj.hostname_pattern_problem(pattern)
+        if problem:
+            raise fail(f"{flag} {pattern!r}: {problem}", 2)
     if period <= 0:
         raise fail(f"--period {period}: must be > 0 seconds", 2)
     try:
@@ -52,7 +66,14 @@ def run_controller(
     config = ControllerConfig(
         namespaces=tuple(namespaces),
         period_s=period,
-        options=obj.Options(traffic=traffic, gateway=parent),
+        options=obj.Options(
+            traffic=traffic,
+            gateway=parent,
+            http_listener=http_listener or None,
+            grpc_listener=grpc_listener or None,
+            hostnames=hostnames or None,
+            grpc_hostnames=grpc_hostnames or None,
+        ),
         prometheus_url=prometheus_url,
         leader_elect=leader_elect,
         lease=LeaseConfig(namespace=lease_ns, name=lease_name, identity=identity()),

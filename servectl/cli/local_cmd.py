@@ -223,7 +223,41 @@ def controller(
     gateway: Annotated[
         str | None,
         typer.Option(
-            help="The Gateway routes attach to, NAME or NAMESPACE/NAME.", rich_help_panel=_K8S
+            help="The Gateway routes attach to, NAME or NAMESPACE/NAME (required with "
+            "--traffic gateway).",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    http_listener: Annotated[
+        str | None,
+        typer.Option(
+            help="The Gateway listener (sectionName) REST routes attach to (default: every "
+            "listener that takes them).",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    grpc_listener: Annotated[
+        str | None,
+        typer.Option(
+            help="The Gateway listener gRPC routes attach to: one of its own lets gRPC "
+            "through without hostnames.",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    hostnames: Annotated[
+        str | None,
+        typer.Option(
+            help="REST hostname of services without spec.routing.hostnames, a pattern "
+            "such as '{name}.{namespace}.models.example.com'.",
+            rich_help_panel=_K8S,
+        ),
+    ] = None,
+    grpc_hostnames: Annotated[
+        str | None,
+        typer.Option(
+            help="gRPC hostname of services without spec.routing.grpcHostnames, e.g. "
+            "'{name}-grpc.{namespace}.models.example.com'.",
+            rich_help_panel=_K8S,
         ),
     ] = None,
     leader_elect: Annotated[
@@ -261,6 +295,10 @@ def controller(
             prometheus_url=prometheus_url,
             traffic=traffic,
             gateway=gateway,
+            http_listener=http_listener,
+            grpc_listener=grpc_listener,
+            hostnames=hostnames,
+            grpc_hostnames=grpc_hostnames,
             leader_elect=leader_elect,
             lease_name=lease_name,
             lease_namespace=lease_namespace,

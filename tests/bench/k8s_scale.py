@@ -173,7 +173,8 @@ def main() -> None:
                     namespaces=(NS,),
                     period_s=args.period,
                     leader_elect=False,
-                    options=obj.Options(gateway=("", "public")),
+                    # gRPC on a listener of its own: every service has both routes.
+                    options=obj.Options(gateway=("", "public"), grpc_listener="grpc"),
                     checkpoint_s=3600.0,
                 ),
                 source=FreshSource(),  # type: ignore[arg-type]

@@ -84,6 +84,8 @@ TF_SERVING_METRICS = {
 }
 EXPORTED = CONTROLLER_METRICS | TF_SERVING_METRICS
 
+GATEWAY = ["--set", "traffic.gateway.parentRef=infra/public"]
+"""The one value an install through a Gateway must give (the chart refuses without it)."""
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
     "traffic-service": ["--set", "traffic.provider=service"],
@@ -205,7 +207,9 @@ def helm(clients: Path) -> Path:
 
 
 def render(helm: Path, *args: str, chart: Path = CHART) -> list[dict[str, Any]]:
-    result = _run(helm, "template", RELEASE, chart, "--namespace", NAMESPACE, *args)
+    """The chart rendered with the Gateway named (GATEWAY) and ``args`` (which may
+    override it)."""
+    result = _run(helm, "template", RELEASE, chart, "--namespace", NAMESPACE, *GATEWAY, *args)
     return _documents(_ok(result))
 
 
@@ -244,7 +248,8 @@ def test_k8s_clients_gives_helm_4_and_a_kubectl_with_kustomize(clients: Path) ->
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_helm_lint_passes_strict(helm: Path, variant: str) -> None:
     for strict in ([], ["--strict"]):
-        out = _ok(_run(helm, "lint", CHART, "--namespace", NAMESPACE, *strict, *VARIANTS[variant]))
+        values = [*GATEWAY, *VARIANTS[variant]]
+        out = _ok(_run(helm, "lint", CHART, "--namespace", NAMESPACE, *strict, *values))
         assert "0 chart(s) failed" in out
         assert "[ERROR]" not in out and "[WARNING]" not in out, out
 
@@ -276,6 +281,7 @@ def test_defaults_render_the_controller_cluster_wide(rendered: dict[str, Any]) -
     assert deployment["spec"]["replicas"] == 2
     assert _args(objects) == [
         "--traffic=gateway",
+        "--gateway=infra/public",
         "--leader-elect",
         "--lease-name=servectl-controller",
         "--probe-port=8081",
@@ -406,7 +412,7 @@ def test_a_digest_pins_the_image(helm: Path) -> None:
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Path, values: list[str], message: str) -> None:
-    result = _run(helm, "template", RELEASE, CHART, "--namespace", NAMESPACE, *values)
+    result = _run(helm, "template", RELEASE, CHART, "--namespace", NAMESPACE, *GATEWAY, *values)
     assert result.returncode != 0, f"{values} rendered:\n{result.stdout[:500]}"
     assert message in result.stderr, result.stderr
 
@@ -1035,16 +1041,26 @@ def test_chart_and_values_agree_on_versions() -> None:
 def test_the_chart_refuses_kubernetes_1_29_where_the_pods_prestop_sleep_is_refused(
     helm: Path,
 ) -> None:
-    old = _run(helm, "template", RELEASE, CHART, "--kube-version", "1.29.9")
+    old = _run(helm, "template", RELEASE, CHART, *GATEWAY, "--kube-version", "1.29.9")
     assert old.returncode != 0
     assert ">=1.30.0-0" in old.stderr and "1.29.9" in old.stderr, old.stderr
-    _ok(_run(helm, "template", RELEASE, CHART, "--kube-version", "1.30.0"))
+    _ok(_run(helm, "template", RELEASE, CHART, *GATEWAY, "--kube-version", "1.30.0"))
 
 
 def test_the_install_notes_warn_of_the_unpublished_default_image(helm: Path) -> None:
     def notes(*args: str) -> str:
         return _ok(
-            _run(helm, "install", RELEASE, CHART, "-n", NAMESPACE, "--dry-run=client", *args)
+            _run(
+                helm,
+                "install",
+                RELEASE,
+                CHART,
+                "-n",
+                NAMESPACE,
+                "--dry-run=client",
+                *GATEWAY,
+                *args,
+            )
         )
 
     default = notes()
@@ -1052,3 +1068,45 @@ def test_the_install_notes_warn_of_the_unpublished_default_image(helm: Path) -> 
     assert "--set image.repository=REGISTRY/servectl" in default
     pushed = notes("--set", "image.repository=registry.example.com/servectl")
     assert "no registry serves" not in pushed and "installed as" in pushed, pushed
+
+
+# --- routes on a shared Gateway (issue 27, item 1) --------------------------------------------
+
+
+def test_an_install_through_a_gateway_without_its_name_is_refused_naming_the_key(
+    helm: Path,
+) -> None:
+    # Routes with no parentRef attach to no Gateway: nothing would reach the models.
+    refused = _run(helm, "template", RELEASE, CHART, "--namespace", NAMESPACE)
+    assert refused.returncode != 0
+    assert "traffic.gateway.parentRef: name the Gateway" in refused.stderr, refused.stderr
+    # Traffic through Services names no Gateway.
+    _ok(_run(helm, "template", RELEASE, CHART, "--set", "traffic.provider=service"))
+
+
+def test_listeners_and_hostname_patterns_reach_the_controllers_command_line(helm: Path) -> None:
+    objects = render(
+        helm,
+        "--set",
+        "traffic.gateway.httpListener=web",
+        "--set",
+        "traffic.gateway.grpcListener=grpc",
+        # --set would read the braces as a list: a values file, or --set-json, takes them.
+        "--set-json",
+        'traffic.gateway.hostnames="{name}.{namespace}.models.example.com"',
+        "--set-json",
+        'traffic.gateway.grpcHostnames="{name}-grpc.{namespace}.models.example.com"',
+    )
+    args = _args(objects)
+    at = args.index("--gateway=infra/public")
+    assert args[at : at + 5] == [
+        "--gateway=infra/public",
+        "--http-listener=web",
+        "--grpc-listener=grpc",
+        "--hostnames={name}.{namespace}.models.example.com",
+        "--grpc-hostnames={name}-grpc.{namespace}.models.example.com",
+    ]
+    bad = _run(
+        helm, "template", RELEASE, CHART, *GATEWAY, "--set", "traffic.gateway.grpcListener=G!"
+    )
+    assert bad.returncode != 0 and "grpcListener" in bad.stderr, bad.stderr

@@ -27,6 +27,7 @@ the modules behind them are private and follow the document's shape, lowest firs
                    the built-in analysis metrics
     rollout        spec.rollout (RolloutStrategy, RolloutStep, AbTestSpec, BlueGreenSpec,
                    SurgeBudget, RolloutSpec)
+    routing        spec.routing (RoutingSpec: the routes' hostnames)
     status         status (RevisionStatus, RolloutStatus, AutoscalingStatus, Condition,
                    ModelServiceStatus) and its enums (Verdict, RolloutPhase, ...)
     scalingpolicy  the ScalingPolicy document
@@ -105,6 +106,12 @@ from servectl.api.models.rollout import (
     SurgeBudget,
     TrafficMatch,
 )
+from servectl.api.models.routing import (
+    HOSTNAME,
+    RoutingSpec,
+    hostnames_intersect,
+    shared_hostnames,
+)
 from servectl.api.models.runtime import (
     Batching,
     ModelRef,
@@ -140,6 +147,7 @@ __all__ = [
     "DNS1123_SUBDOMAIN",
     "DURATION",
     "GROUP",
+    "HOSTNAME",
     "HTTP_HEADER_NAME",
     "METRIC_NAME_MAX",
     "MODEL_SERVICE_NAME_MAX",
@@ -186,6 +194,7 @@ __all__ = [
     "RolloutStatus",
     "RolloutStep",
     "RolloutStrategy",
+    "RoutingSpec",
     "RuntimeSpec",
     "ScalingPolicy",
     "ScalingPolicySpec",
@@ -201,10 +210,12 @@ __all__ = [
     "Verdict",
     "cel_rules",
     "describe_rules",
+    "hostnames_intersect",
     "is_builtin_metric",
     "latency_metric_percentile",
     "parse_duration",
     "parse_quantity",
+    "shared_hostnames",
     "spec_error",
     "to_snake",
 ]

@@ -1,4 +1,5 @@
-"""The ModelService document: spec (model, runtime, autoscaling, rollout) and status.
+"""The ModelService document: spec (model, runtime, autoscaling, rollout, routing) and
+status.
 
 ``Resource`` is either top-level kind, as a file may hold both.
 """
@@ -13,6 +14,7 @@ from servectl.api.models.autoscaling import AutoscalingSpec
 from servectl.api.models.common import SpecModel, cel_rules, spec_error
 from servectl.api.models.meta import ModelServiceMeta
 from servectl.api.models.rollout import RolloutSpec
+from servectl.api.models.routing import RoutingSpec
 from servectl.api.models.runtime import ModelRef, RuntimeSpec
 from servectl.api.models.scalingpolicy import ScalingPolicy
 from servectl.api.models.status import ModelServiceStatus
@@ -50,6 +52,10 @@ class ModelServiceSpec(SpecModel):
     )
     rollout: RolloutSpec | None = Field(
         default=None, description="How new versions roll out: strategy, steps, analysis."
+    )
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="Kubernetes, through a Gateway: the hostnames of the service's routes.",
     )
 
     @model_validator(mode="after")

@@ -122,6 +122,8 @@ class Memory:
     command: str | None = None  # id of the last rollout command carried out
     start_version: int | None = None  # the version a spec change last started a rollout to
     force_checkpoint: bool = False
+    grpc_noted: bool = False  # the GRPCNotRouted event was sent
+    accepted: dict[str, int] | None = None  # the weights of the route generation last in force
 
 
 @dataclass
@@ -201,7 +203,7 @@ class KubeBackend:
             rev = ((pod.get("metadata") or {}).get("labels") or {}).get(obj.LABEL_REVISION)
             if rev and not obj.pod_finished(pod):
                 pods_by_rev.setdefault(str(rev), []).append(pod)
-        weights, _header = obj.route_weights(self.route())
+        weights = self.applied_weights()
         use_route = self.route() is not None
         states = []
         for rev, dep in sorted(self.deployments().items()):
@@ -245,6 +247,24 @@ class KubeBackend:
                 )
             )
         return states
+
+    def _parent(self) -> tuple[str, str] | None:
+        gw = self.options.gateway
+        return None if gw is None else (gw[0] or self.namespace, gw[1])
+
+    def applied_weights(self) -> dict[str, int]:
+        """The weights traffic follows: the HTTPRoute's, once its Gateway accepted that
+        generation of it (``status.parents``); until then those of the generation last seen
+        in force. A controller that never saw one in force (just started, or no Gateway
+        implementation answering: RoutesAccepted says which) reads the route's spec."""
+        route = self.route()
+        weights, _header = obj.route_weights(route)
+        if route is None:
+            return weights
+        if route_status.in_force(route, namespace=self.namespace, gateway=self._parent()):
+            self.memory.accepted = weights
+            return weights
+        return weights if self.memory.accepted is None else dict(self.memory.accepted)
 
     def header_revision(self) -> str | None:
         route = self.route()
@@ -382,7 +402,11 @@ class KubeBackend:
         if self.options.traffic == obj.TrafficProvider.GATEWAY:
             weights = [(rp.name, rp.weight) for rp in plan.revisions]
             match = obj.match_of(spec)
+            unrouted = obj.grpc_unrouted(self.doc, self.options)
             for grpc, informer in ((False, caches.httproutes), (True, caches.grpcroutes)):
+                if grpc and unrouted is not None:
+                    self._drop_grpc_route(unrouted)
+                    continue
                 self._apply_if_changed(
                     informer,
                     obj.route(
@@ -397,6 +421,27 @@ class KubeBackend:
         keep = {rp.name for rp in plan.revisions}
         for rev in sorted(set(live) - keep):
             self._retire(rev)
+
+    def _drop_grpc_route(self, why: str) -> None:
+        """No GRPCRoute where it would share a listener and hosts with the HTTPRoute: one
+        made before (an older controller, or hostnames since removed) is deleted, and an
+        event says why gRPC is not routed and what routes it."""
+        informer = self.caches.grpcroutes
+        name = obj.route_name(self.name, grpc=True)
+        if informer is None or informer.get(self.namespace, name) is None:
+            if not self.memory.grpc_noted:  # said once per controller process
+                self.memory.grpc_noted = True
+                self.event("Normal", "GRPCNotRouted", why, self._wall())
+            return
+        try:
+            self.kube.delete(GRPCROUTES, self.namespace, name)
+        except KubeError as exc:
+            self.applied.errors.append(f"delete GRPCRoute {name}: {exc}")
+            return
+        self.applied.writes += 1
+        informer.forget(self.namespace, name)
+        self.memory.grpc_noted = True
+        self.event("Warning", "GRPCRouteRemoved", why, self._wall())
 
     def _retire(self, revision: str) -> None:
         for informer, res, name in (
@@ -506,12 +551,7 @@ class KubeBackend:
                 ("GRPCRoute", self.caches.grpcroutes, True),
             )
         ]
-        gw = self.options.gateway
-        found = route_status.verdict(
-            routes,
-            namespace=self.namespace,
-            gateway=None if gw is None else (gw[0] or self.namespace, gw[1]),
-        )
+        found = route_status.verdict(routes, namespace=self.namespace, gateway=self._parent())
         if found is None:
             return status
         kind = models.ConditionType.ROUTES_ACCEPTED

@@ -88,6 +88,10 @@ class Options:
 
     traffic: str = TrafficProvider.GATEWAY
     gateway: tuple[str, str] | None = None  # (namespace or "", name) of the parent Gateway
+    http_listener: str | None = None  # the Gateway's listener (sectionName) for REST routes
+    grpc_listener: str | None = None  # ... and for gRPC routes
+    hostnames: str | None = None  # default REST hostname pattern: {name}, {namespace}
+    grpc_hostnames: str | None = None  # default gRPC hostname pattern
 
 
 def labels(service: str, revision: str | None = None, version: int | None = None) -> dict[str, str]:
@@ -420,17 +424,93 @@ def _header_match(match: Match, grpc: bool) -> Doc:
 
 GRPC_SERVICES = ("tensorflow.serving.PredictionService", "tensorflow.serving.ModelService")
 """TF Serving's gRPC services: what the GRPCRoute matches."""
-REST_PREFIX = "/v1/"
-"""TF Serving's REST API: what the HTTPRoute matches."""
+REST_MODELS = "/v1/models/"
+"""TF Serving's REST API on a model: where the HTTPRoute's matches start."""
 
 
-def _api_matches(grpc: bool) -> list[Doc]:
+REST_VERBS = (":predict", ":classify", ":regress")
+"""TF Serving's REST calls on a model's default version (``/v1/models/<model>:predict``)."""
+
+
+def _api_matches(grpc: bool, model: str) -> list[Doc]:
     """Each route matches its own API only. On a listener that carries both, a GRPCRoute
     with no match takes every request, REST too: Traefik sent REST predictions to the
-    gRPC port (500) until the routes said which requests are theirs."""
+    gRPC port (500) until the routes said which requests are theirs.
+
+    REST matches only this model's paths, so services of other models compose on one
+    Gateway: ``/v1/models/<model>`` and below (a PathPrefix matches whole path segments:
+    status, metadata, ``/versions/<n>:predict``, ``/labels/<l>:predict``) and the three
+    calls on the default version, whose last segment is ``<model>:predict`` (no prefix of
+    segments matches it). gRPC requests name the model inside the message: a GRPCRoute
+    can match only the service's methods, so hostnames or a listener of its own keep it
+    apart (``grpc_unrouted``)."""
     if grpc:
         return [{"method": {"type": "Exact", "service": service}} for service in GRPC_SERVICES]
-    return [{"path": {"type": "PathPrefix", "value": REST_PREFIX}}]
+    base = f"{REST_MODELS}{model}"
+    return [
+        {"path": {"type": "PathPrefix", "value": base}},
+        *({"path": {"type": "Exact", "value": base + verb}} for verb in REST_VERBS),
+    ]
+
+
+def _names(ms: Mapping[str, Any]) -> tuple[str, str]:
+    meta = ms.get("metadata") or {}
+    return str(meta.get("name") or ""), str(meta.get("namespace") or "")
+
+
+def route_hostnames(ms: Mapping[str, Any], options: Options, *, grpc: bool = False) -> list[str]:
+    """The route's hostnames: ``spec.routing``'s, else the controller's pattern for the
+    service (``{name}``, ``{namespace}``), else none (every host the listener takes)."""
+    routing = (ms.get("spec") or {}).get("routing") or {}
+    given = routing.get("grpcHostnames" if grpc else "hostnames") or []
+    if given:
+        return [str(h) for h in given]
+    pattern = options.grpc_hostnames if grpc else options.hostnames
+    if not pattern:
+        return []
+    name, namespace = _names(ms)
+    return [pattern.format(name=name, namespace=namespace)]
+
+
+def hostname_pattern_problem(pattern: str | None) -> str | None:
+    """What is wrong with a hostname pattern (``{name}``, ``{namespace}``), or None."""
+    if not pattern:
+        return None
+    try:
+        host = pattern.format(name="svc", namespace="ns")
+    except (KeyError, IndexError, ValueError) as exc:
+        return f"use only {{name}} and {{namespace}} ({exc})"
+    if len(host) > 253 or not re.match(models.HOSTNAME, host):
+        return (
+            f"gives {host!r}, not a hostname (lowercase RFC 1123, an optional leading "
+            "'*.'); e.g. '{name}.{namespace}.models.example.com'"
+        )
+    return None
+
+
+def grpc_unrouted(ms: Mapping[str, Any], options: Options) -> str | None:
+    """Why the service gets no GRPCRoute, or None when it gets one: the Gateway API lets a
+    GRPCRoute and an HTTPRoute share a listener only with hostnames that do not intersect
+    (a conformant Gateway accepts only one of the two otherwise: the REST route could be
+    the one refused), so gRPC needs a listener of its own or hostnames of its own."""
+    if options.grpc_listener and options.grpc_listener != options.http_listener:
+        return None
+    rest = route_hostnames(ms, options)
+    grpc = route_hostnames(ms, options, grpc=True)
+    if not grpc:
+        return (
+            "gRPC is not routed through the Gateway: it shares the REST listener and has no "
+            "hostnames of its own (set spec.routing.grpcHostnames, or give the controller "
+            "--grpc-hostnames or --grpc-listener)"
+        )
+    clash = models.shared_hostnames(rest, grpc)
+    if clash:
+        r, g = clash[0]
+        return (
+            f"gRPC is not routed through the Gateway: its hostname {g} matches the REST "
+            f"route's {r} on a shared listener (give gRPC hostnames REST does not match)"
+        )
+    return None
 
 
 def route(
@@ -444,28 +524,35 @@ def route(
 ) -> Doc:
     """The HTTPRoute (or GRPCRoute) of the service: ``weights`` per revision Service."""
     name = ms["metadata"]["name"]
+    model = str(((ms.get("spec") or {}).get("model") or {}).get("name") or name)
     port = GRPC_PORT if grpc else REST_PORT
     rules: list[Doc] = []
     if header_revision is not None and match is not None:
         header = _header_match(match, grpc)
         rules.append(
             {
-                "matches": [{**m, "headers": [header]} for m in _api_matches(grpc)],
+                "matches": [{**m, "headers": [header]} for m in _api_matches(grpc, model)],
                 "backendRefs": [{"name": header_revision, "port": port, "weight": 1}],
             }
         )
     rules.append(
         {
-            "matches": _api_matches(grpc),
+            "matches": _api_matches(grpc, model),
             "backendRefs": [{"name": rev, "port": port, "weight": int(w)} for rev, w in weights],
         }
     )
     spec: Doc = {"rules": rules}
+    hostnames = route_hostnames(ms, options, grpc=grpc)
+    if hostnames:
+        spec["hostnames"] = hostnames
     if options.gateway is not None:
         ns, gw = options.gateway
         ref: Doc = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}
         if ns:
             ref["namespace"] = ns
+        listener = options.grpc_listener if grpc else options.http_listener
+        if listener:
+            ref["sectionName"] = listener
         spec["parentRefs"] = [ref]
     return _stamp(
         {

@@ -84,3 +84,29 @@ def verdict(
             f"waiting for {where} to accept {', '.join(dict.fromkeys(pending))}",
         )
     return RouteVerdict("True", ACCEPTED, "")
+
+
+def in_force(
+    doc: Mapping[str, Any] | None, *, namespace: str, gateway: tuple[str, str] | None = None
+) -> bool:
+    """Whether the Gateway applies this generation of the route: every parent of ours has
+    it Accepted (``observedGeneration`` at least the route's ``metadata.generation``, when
+    both are given). A route nobody answered for, or answered for an older generation, is
+    not in force yet: the traffic still follows the generation accepted before."""
+    if doc is None:
+        return False
+    generation = (doc.get("metadata") or {}).get("generation")
+    parents = [
+        p for p in (doc.get("status") or {}).get("parents") or [] if _ours(p, gateway, namespace)
+    ]
+    if not parents:
+        return False
+    for parent in parents:
+        found = {str(c.get("type")): c for c in parent.get("conditions") or []}
+        accepted = found.get(ACCEPTED)
+        if accepted is None or accepted.get("status") != "True":
+            return False
+        seen = accepted.get("observedGeneration")
+        if generation is not None and seen is not None and int(seen) < int(generation):
+            return False
+    return True

@@ -75,7 +75,20 @@ def clients() -> Path:
 
 
 def _render(clients: Path, namespace: str, *values: str) -> list[dict[str, Any]]:
-    out = _ok(_run(clients / "helm", "template", RELEASE, CHART, "--namespace", namespace, *values))
+    # The Gateway's name is required with the default traffic provider (values may set it).
+    gateway = ("--set", "traffic.gateway.parentRef=infra/public")
+    out = _ok(
+        _run(
+            clients / "helm",
+            "template",
+            RELEASE,
+            CHART,
+            "--namespace",
+            namespace,
+            *gateway,
+            *values,
+        )
+    )
     return [d for d in yaml.safe_load_all(out) if d]
 
 

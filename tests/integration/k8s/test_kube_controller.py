@@ -156,6 +156,7 @@ class Harness:
         leader_elect: bool = False,
         lease: LeaseConfig | None = None,
         period_s: float = 0.3,
+        grpc_listener: str | None = "grpc",
         **config: Any,
     ) -> Running:
         kube = Kube(load_api_client(str(self.plane.kubeconfig)))
@@ -168,7 +169,10 @@ class Harness:
                 namespaces=(self.namespace,),
                 period_s=period_s,
                 min_gap_s=0.1,
-                options=obj.Options(traffic=traffic, gateway=("", "public")),
+                # gRPC on a listener of its own, apart from REST (issue 27, item 1).
+                options=obj.Options(
+                    traffic=traffic, gateway=("", "public"), grpc_listener=grpc_listener
+                ),
                 leader_elect=leader_elect,
                 lease=lease,
                 **config,
@@ -278,6 +282,8 @@ def test_a_modelservice_creates_its_objects_owned_and_labelled(harness: Harness)
         assert item["metadata"]["labels"][obj.MANAGED_BY] == "servectl"
     route = harness.route("hpt")
     assert route["spec"]["parentRefs"][0]["name"] == "public"
+    grpc = harness.kube.get(GRPCROUTES, harness.namespace, "hpt-grpc")
+    assert grpc["spec"]["parentRefs"][0]["sectionName"] == "grpc"
     assert harness.weights("hpt") == {"hpt-v1": 100}
 
     def ready_status() -> dict[str, Any] | None:
@@ -649,6 +655,41 @@ def test_probes_and_the_controllers_own_metrics(harness: Harness) -> None:
         text,
     )
     assert applies and sum(float(n) for n in applies) >= 1
+
+
+def test_grpc_sharing_the_rest_listener_and_hosts_gets_no_route_and_an_event(
+    harness: Harness,
+) -> None:
+    """A GRPCRoute on REST's listener with intersecting hostnames conflicts with the
+    HTTPRoute (a conformant Gateway accepts one of the two): a controller without a gRPC
+    listener or hostnames deletes the one an older controller made, and says why."""
+    first = harness.controller()
+    harness.create(ms_doc("gr", harness.namespace))
+    eventually(lambda: harness.kube.get(GRPCROUTES, harness.namespace, "gr-grpc"), "the GRPCRoute")
+    first.stop()
+    harness.controller(grpc_listener=None)
+
+    def gone() -> bool | None:
+        try:
+            harness.kube.get(GRPCROUTES, harness.namespace, "gr-grpc")
+        except KubeError as exc:
+            return exc.not_found or None
+        return None
+
+    eventually(gone, "the GRPCRoute deleted")
+    assert harness.route("gr")["spec"]["rules"]  # REST keeps its route
+
+    def removed() -> dict[str, Any] | None:
+        items = harness.kube.request(
+            "GET",
+            f"/api/v1/namespaces/{harness.namespace}/events",
+            query={"fieldSelector": "involvedObject.name=gr"},
+        )["items"]
+        return next((e for e in items if e["reason"] == "GRPCRouteRemoved"), None)
+
+    event = eventually(removed, "a GRPCRouteRemoved event")
+    assert event["type"] == "Warning"
+    assert "spec.routing.grpcHostnames" in event["message"], event["message"]
 
 
 def test_the_gateways_verdict_on_the_routes_becomes_routes_accepted(harness: Harness) -> None:

@@ -259,6 +259,18 @@ CASES: list[tuple[str, dict[str, object], str, str]] = [
         "quote the value",
     ),
     (
+        "hostname with an underscore",
+        {"spec.routing": {"hostnames": ["cost_v1.example.com"]}},
+        "spec.routing.hostnames[0]",
+        "e.g. cost.ml.models.example.com",
+    ),
+    (
+        "gRPC and REST sharing a hostname",
+        {"spec.routing": {"hostnames": ["cost.example.com"], "grpcHostnames": ["*.example.com"]}},
+        "spec.routing.grpcHostnames",
+        "give gRPC its own name",
+    ),
+    (
         "wrong kind",
         {"kind": "Modelservice"},
         "kind",

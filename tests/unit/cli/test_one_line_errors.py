@@ -94,3 +94,30 @@ def test_a_refused_value_is_one_line_naming_the_field(
         assert after.store.get_spec("default", "cost") == spec, "a refused change wrote"
     finally:
         after.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "--gateway: required with --traffic gateway"),
+        (["--gateway", "infra/"], "--gateway 'infra/': give NAME or NAMESPACE/NAME"),
+        (
+            ["--gateway", "infra/public", "--hostnames", "{name}.{ns}.example.com"],
+            "--hostnames '{name}.{ns}.example.com': use only {name} and {namespace}",
+        ),
+        (
+            ["--gateway", "infra/public", "--grpc-hostnames", "{name}_g.example.com"],
+            "not a hostname",
+        ),
+    ],
+)
+def test_the_kubernetes_controller_refuses_routes_that_attach_to_nothing_or_bad_hosts(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    """Routes with no parent Gateway attach to nothing (issue 27, item 1): the controller
+    refuses to start, in one line, before it reads a kubeconfig."""
+    missing = tmp_path / "none.kubeconfig"
+    result = servectl("controller", "--kubernetes", "--kubeconfig", missing, *args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output, result.output
+    assert "Traceback" not in result.output

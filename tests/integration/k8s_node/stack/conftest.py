@@ -124,19 +124,26 @@ def paced(node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images) ->
 
 
 def service_doc(
-    name: str, image: str, rollout: dict[str, Any], autoscaling: dict[str, Any] | None = None
+    name: str,
+    image: str,
+    rollout: dict[str, Any],
+    autoscaling: dict[str, Any] | None = None,
+    routing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """cost_model v1 from the models claim at 250m CPU, 1-3 replicas unless ``autoscaling``."""
+    spec: dict[str, Any] = {
+        "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
+        "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
+        "autoscaling": autoscaling or {"minReplicas": 1, "maxReplicas": 3},
+        "rollout": rollout,
+    }
+    if routing is not None:
+        spec["routing"] = routing
     return {
         "apiVersion": "servectl.io/v1alpha1",
         "kind": "ModelService",
         "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
-            "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
-            "autoscaling": autoscaling or {"minReplicas": 1, "maxReplicas": 3},
-            "rollout": rollout,
-        },
+        "spec": spec,
     }
 
 
@@ -159,15 +166,18 @@ def start(
     spec: dict[str, Any],
     web: int,
     autoscaling: dict[str, Any] | None = None,
+    routing: dict[str, Any] | None = None,
 ) -> None:
-    """Create the ModelService at v1 and wait until it answers through the Gateway."""
-    node.apply([service_doc(name, images.model_server_ref, spec, autoscaling)])
+    """Create the ModelService at v1 and wait until it answers through the Gateway (on its
+    first hostname, when ``routing`` names some)."""
+    node.apply([service_doc(name, images.model_server_ref, spec, autoscaling, routing)])
     until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
     until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
+    host = ((routing or {}).get("hostnames") or [None])[0]
 
     def answers() -> bool:
         try:
-            return bool(predict(web))
+            return bool(predict(web, host=host))
         except OSError:
             return False
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ from servectl.testing.k8s import gateway, stack
 from servectl.testing.k8s.monitoring import Monitoring
 from servectl.testing.k8s.node import Node
 from servectl.testing.load import Load
-from tests.integration.k8s_node.conftest import NS, get, until
+from tests.integration.k8s_node.conftest import NS, get, predict, until
 from tests.integration.k8s_node.stack.conftest import (
     MODELSERVICES,
     ready,
@@ -34,6 +35,7 @@ from tests.integration.k8s_node.stack.conftest import (
 
 INJECTED = "injected failure"  # what cost_model v3 answers for the requests it fails
 RPS = 25.0
+PER_HOST = 400  # requests per service in the shared-Gateway test
 # A canary that stops at 30 % until told to go on (resume, or promote --full).
 PAUSED_AT_30: dict[str, Any] = {
     "strategy": "canary",
@@ -132,16 +134,23 @@ def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(
     assert summary.total.failures == 0, summary.failures
 
 
-def test_an_ab_header_rule_sends_every_matching_request_to_b_and_no_other(
+def test_two_services_share_the_gateway_a_canary_and_an_ab_rule_each_on_its_own_host(
     node: Node,
     traefik: gateway.Ports,
     servectl_on_node: stack.Images,
     service: list[str],
-    tmp_path: Path,
 ) -> None:
-    name = "ab"
-    service.append(name)
-    spec = {
+    """Issue 27, item 1 (and issue 26's A/B criterion): two ModelServices of the same model
+    on one Traefik Gateway, told apart by their hostnames. One canary paused at 30 %, one
+    A/B test: each split measured at the Gateway by Traefik's own counts; the A/B header
+    rule sends every matching request of its host to B, and no other (the canary's host
+    sends the same header to the canary's revisions by weight); a host no route names gets
+    a 404. Before, every rule matched /v1/ on every host: the older route took both
+    services' traffic, and the A/B rule captured the header for both."""
+    canary, ab = "host-a", "host-b"
+    hosts = {canary: "a.models.test", ab: "b.models.test"}
+    service += [canary, ab]
+    ab_spec = {
         "strategy": "abTest",
         "abTest": {
             "match": {"header": {"name": "x-variant", "value": "b"}},
@@ -149,42 +158,57 @@ def test_an_ab_header_rule_sends_every_matching_request_to_b_and_no_other(
         },
         "drainSeconds": 3,
     }
-    start(node, servectl_on_node, name, spec, traefik.web)
-    set_version(node, name, 2)
-    until(lambda: ready(node, f"{name}-v2"), "B Ready", 180)
-    route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{name}"
+    for name, spec in ((canary, PAUSED_AT_30), (ab, ab_spec)):
+        start(node, servectl_on_node, name, spec, traefik.web, routing={"hostnames": [hosts[name]]})
+        set_version(node, name, 2)
+    until(
+        lambda: (
+            rollout(node, canary).get("phase") == "Paused"
+            and weights(node, canary).get(f"{canary}-v2") == 30
+        ),
+        "the canary paused at 30 %",
+        180,
+    )
+    until(lambda: ready(node, f"{ab}-v2"), "B Ready", 180)
+    route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{ab}"
     until(
         lambda: any(
             m.get("headers")
             for r in get(node, route)["spec"]["rules"]
             for m in r.get("matches") or []
         ),
-        "the header rule on the route",
+        "the header rule on the A/B route",
         60,
     )
-    time.sleep(3)
-    load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
+    time.sleep(3)  # Traefik applies a route change within a second or two
+    before = {name: gateway_counts(traefik, name) for name in hosts}
+    answered: Counter[str] = Counter()
+    for i in range(PER_HOST):  # bounded: PER_HOST requests per host, every other with the header
+        for name, host in hosts.items():
+            header = {"x-variant": "b"} if i % 2 else {}
+            answered[name] += bool(predict(traefik.web, host=host, headers=header))
     try:
-        before = gateway_counts(traefik, name)
-        sent = 0
-        for _ in range(200):  # bounded: 200 requests carrying the header
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{traefik.web}/v1/models/cost_model:predict",
-                data=b'{"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}',
-                headers={"Content-Type": "application/json", "x-variant": "b"},
-            )
-            with urllib.request.urlopen(request, timeout=10) as answer:
-                sent += answer.status == 200
-        time.sleep(1)
-    finally:
-        summary = load.finish()
-    after = gateway_counts(traefik, name)
-    after.subtract(before)
-    # Locust's requests carry no header; each one counted at the Gateway went to A.
-    assert sent == 200
-    assert after[f"{name}-v2"] == 200, after
-    assert after[f"{name}-v1"] >= summary.total.requests - 2 * RPS, (after, summary.total.requests)
-    assert summary.total.failures == 0, summary.failures
+        predict(traefik.web, host="nobody.models.test")
+        stranger = 200
+    except urllib.error.HTTPError as refused:
+        stranger = refused.code
+    time.sleep(1)
+    counts = {}
+    for name in hosts:
+        counts[name] = gateway_counts(traefik, name)
+        counts[name].subtract(before[name])
+    print(f"\ntwo services on one Gateway: {counts}")
+    assert answered == {canary: PER_HOST, ab: PER_HOST}, answered
+    # Each host's requests reached its own service's revisions, all of them.
+    assert sum(counts[canary].values()) == PER_HOST, counts
+    assert sum(counts[ab].values()) == PER_HOST, counts
+    # The canary's split, the header making no difference on its host.
+    share = 100 * counts[canary][f"{canary}-v2"] / PER_HOST
+    assert abs(share - 30) <= 3.0, (share, counts[canary])
+    # The A/B rule: every request with the header to B, every other to A.
+    assert counts[ab][f"{ab}-v2"] == PER_HOST // 2, counts[ab]
+    assert counts[ab][f"{ab}-v1"] == PER_HOST // 2, counts[ab]
+    assert stranger == 404
 
 
 def test_a_failing_canary_is_aborted_under_load_with_no_dip_in_stable(

@@ -181,7 +181,7 @@ def test_routes_carry_weights_and_the_header_rule_first() -> None:
 def test_each_route_matches_its_own_api_only() -> None:
     """On a listener carrying both, a GRPCRoute with no match took every request: Traefik
     sent REST predictions to the gRPC port. Each rule, the header rule too, names its API:
-    TF Serving's gRPC services, or the REST prefix /v1/."""
+    TF Serving's gRPC services, or the model's own REST paths."""
     m = obj.Match("header", "x-variant", "b")
     for grpc in (False, True):
         r = obj.route(
@@ -198,10 +198,139 @@ def test_each_route_matches_its_own_api_only() -> None:
                 assert services == set(obj.GRPC_SERVICES), rule
             else:
                 assert [x["path"] for x in rule["matches"]] == [
-                    {"type": "PathPrefix", "value": "/v1/"}
+                    {"type": "PathPrefix", "value": "/v1/models/resnet"},
+                    {"type": "Exact", "value": "/v1/models/resnet:predict"},
+                    {"type": "Exact", "value": "/v1/models/resnet:classify"},
+                    {"type": "Exact", "value": "/v1/models/resnet:regress"},
                 ], rule
         assert all(x["headers"] for x in r["spec"]["rules"][0]["matches"])
         assert obj.route_weights(r) == ({"a": 90, "b": 10}, "b")
+
+
+def _gateway_matches(path_match: dict[str, str], path: str) -> bool:
+    """The Gateway API's path semantics: Exact is the whole path; PathPrefix matches whole
+    '/'-separated elements (a trailing '/' ignored), so /a/b matches /a/b and /a/b/c, not
+    /a/bc."""
+    value = path_match["value"]
+    if path_match["type"] == "Exact":
+        return path == value
+    prefix = value.rstrip("/").split("/")
+    return path.rstrip("/").split("/")[: len(prefix)] == prefix
+
+
+@pytest.mark.parametrize(
+    ("path", "routed"),
+    [
+        ("/v1/models/resnet", True),  # status
+        ("/v1/models/resnet/metadata", True),
+        ("/v1/models/resnet:predict", True),
+        ("/v1/models/resnet:classify", True),
+        ("/v1/models/resnet:regress", True),
+        ("/v1/models/resnet/versions/3:predict", True),
+        ("/v1/models/resnet/labels/stable:predict", True),
+        ("/v1/models/resnet2:predict", False),  # another model whose name starts the same
+        ("/v1/models/resnet2", False),
+        ("/v1/models/bert:predict", False),
+        ("/v1/models/resnet:predictx", False),
+        ("/monitoring/prometheus/metrics", False),
+        ("/", False),
+    ],
+)
+def test_a_rest_route_takes_its_own_models_calls_and_no_other_services(
+    path: str, routed: bool
+) -> None:
+    """Two services on one Gateway: each HTTPRoute, its A/B header rule too, matches only
+    its model's paths, so neither takes the other's requests (issue 27, item 1)."""
+    m = obj.Match("header", "x-variant", "b")
+    r = obj.route(MS, [("a", 100)], header_revision="b", match=m, options=obj.Options())
+    for rule in r["spec"]["rules"]:
+        hits = [x for x in rule["matches"] if _gateway_matches(x["path"], path)]
+        assert bool(hits) is routed, (path, rule)
+
+
+def test_hostnames_come_from_the_spec_else_the_controllers_pattern() -> None:
+    pattern = obj.Options(
+        hostnames="{name}.{namespace}.models.example.com",
+        grpc_hostnames="{name}-grpc.{namespace}.models.example.com",
+    )
+    assert obj.route_hostnames(MS, obj.Options()) == []
+    assert obj.route_hostnames(MS, pattern) == ["resnet.ml.models.example.com"]
+    assert obj.route_hostnames(MS, pattern, grpc=True) == ["resnet-grpc.ml.models.example.com"]
+    own = {**MS, "spec": {"routing": {"hostnames": ["r.example.com"]}}}
+    assert obj.route_hostnames(own, pattern) == ["r.example.com"]
+    assert obj.route_hostnames(own, pattern, grpc=True) == ["resnet-grpc.ml.models.example.com"]
+    r = obj.route(own, [("a", 100)], header_revision=None, match=None, options=pattern)
+    assert r["spec"]["hostnames"] == ["r.example.com"]
+    bare = obj.route(MS, [("a", 100)], header_revision=None, match=None, options=obj.Options())
+    assert "hostnames" not in bare["spec"]
+
+
+def test_each_route_attaches_to_its_listener() -> None:
+    options = obj.Options(gateway=("infra", "public"), http_listener="web", grpc_listener="grpc")
+    for grpc, listener in ((False, "web"), (True, "grpc")):
+        r = obj.route(
+            MS, [("a", 100)], header_revision=None, match=None, options=options, grpc=grpc
+        )
+        assert r["spec"]["parentRefs"][0]["sectionName"] == listener
+    plain = obj.route(
+        MS, [("a", 100)], header_revision=None, match=None, options=obj.Options(gateway=("", "gw"))
+    )
+    assert plain["spec"]["parentRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "routing", "why"),
+    [
+        # One listener, no hostnames: the two routes would conflict.
+        (obj.Options(), {}, "no hostnames of its own"),
+        (obj.Options(grpc_listener="web", http_listener="web"), {}, "no hostnames of its own"),
+        # gRPC named, REST on every host of the same listener: they intersect.
+        (obj.Options(), {"grpcHostnames": ["g.example.com"]}, "matches the REST route's *"),
+        (
+            obj.Options(),
+            {"hostnames": ["*.example.com"], "grpcHostnames": ["g.example.com"]},
+            "matches the REST route's *.example.com",
+        ),
+        # Apart: a listener of its own, or hostnames that do not meet.
+        (obj.Options(grpc_listener="grpc"), {}, None),
+        (obj.Options(grpc_listener="grpc", http_listener="web"), {}, None),
+        (obj.Options(), {"hostnames": ["r.example.com"], "grpcHostnames": ["g.example.com"]}, None),
+        (
+            obj.Options(hostnames="{name}.x.io", grpc_hostnames="{name}-grpc.x.io"),
+            {},
+            None,
+        ),
+    ],
+)
+def test_grpc_gets_a_route_only_apart_from_rest(
+    options: obj.Options, routing: dict[str, Any], why: str | None
+) -> None:
+    """The Gateway API lets a GRPCRoute share a listener with an HTTPRoute only on hostnames
+    that do not intersect; a conformant Gateway refuses one of the two otherwise."""
+    found = obj.grpc_unrouted({**MS, "spec": {"routing": routing}}, options)
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and why in found, found
+        assert "spec.routing.grpcHostnames" in found or "gRPC hostnames" in found
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        (None, None),
+        ("{name}.{namespace}.models.example.com", None),
+        ("*.{namespace}.example.com", None),
+        ("{name}.{ns}.example.com", "use only {name} and {namespace}"),
+        ("{name}_x.example.com", "not a hostname"),
+        ("{name}.Example.com", "not a hostname"),
+    ],
+)
+def test_hostname_patterns_are_checked(pattern: str | None, problem: str | None) -> None:
+    found = obj.hostname_pattern_problem(pattern)
+    assert (found is None) if problem is None else (found is not None and problem in found)
 
 
 def test_a_cookie_match_is_a_regex_on_the_cookie_header() -> None:
