@@ -397,7 +397,10 @@ class KubeBackend:
             self._apply_if_changed(
                 caches.services, obj.revision_service(self.doc, rp.name, rp.version)
             )
-        self._apply_if_changed(caches.services, obj.front_service(self.doc))
+        front = None
+        if self.options.traffic == obj.TrafficProvider.GATEWAY:
+            front = obj.front_revision([(rp.name, rp.version, rp.weight) for rp in plan.revisions])
+        self._apply_if_changed(caches.services, obj.front_service(self.doc, front))
         self.memory.header = plan.header_revision
         if self.options.traffic == obj.TrafficProvider.GATEWAY:
             weights = [(rp.name, rp.weight) for rp in plan.revisions]

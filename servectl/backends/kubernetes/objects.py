@@ -381,16 +381,32 @@ def revision_service(ms: Mapping[str, Any], revision: str, version: int) -> Doc:
     )
 
 
-def front_service(ms: Mapping[str, Any]) -> Doc:
+def front_service(ms: Mapping[str, Any], revision: str | None = None) -> Doc:
+    """The Service ``<service>`` in-cluster callers name: every revision's pods with the
+    ``service`` traffic provider (the replica ratio is its split), else only ``revision``'s
+    (``front_revision``): a Service over every revision sent in-cluster callers to a
+    weight-0 A/B variant about a third of the time, past the route's weights."""
     name = ms["metadata"]["name"]
+    selector = {LABEL_SERVICE: name}
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
     return _stamp(
         {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": _meta(ms, name, labels(name)),
-            "spec": {"selector": {LABEL_SERVICE: name}, "ports": _service_ports()},
+            "spec": {"selector": selector, "ports": _service_ports()},
         }
     )
+
+
+def front_revision(weights: Sequence[tuple[str, int, int]]) -> str | None:
+    """The revision the front Service selects behind a Gateway: the one with the most
+    traffic, the older on a tie (the stable at 50/50). ``weights``: (revision, version,
+    weight). None when there is no revision."""
+    if not weights:
+        return None
+    return max(weights, key=lambda rvw: (rvw[2], -rvw[1]))[0]
 
 
 def _service_ports() -> list[Doc]:

@@ -146,7 +146,8 @@ def test_two_services_share_the_gateway_a_canary_and_an_ab_rule_each_on_its_own_
     rule sends every matching request of its host to B, and no other (the canary's host
     sends the same header to the canary's revisions by weight); a host no route names gets
     a 404. Before, every rule matched /v1/ on every host: the older route took both
-    services' traffic, and the A/B rule captured the header for both."""
+    services' traffic, and the A/B rule captured the header for both. In-cluster, the
+    A/B service's front Service selects A's pods only (item 2)."""
     canary, ab = "host-a", "host-b"
     hosts = {canary: "a.models.test", ab: "b.models.test"}
     service += [canary, ab]
@@ -179,6 +180,24 @@ def test_two_services_share_the_gateway_a_canary_and_an_ab_rule_each_on_its_own_
         ),
         "the header rule on the A/B route",
         60,
+    )
+    # In-cluster callers of the front Service <ab> reach A only, not the weight-0 B
+    # (issue 27, item 2): its ready endpoints are A's pods.
+    slices = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+
+    def front_pods() -> set[str]:
+        found = get(node, f"{slices}?labelSelector=kubernetes.io/service-name={ab}")
+        return {
+            str((e.get("targetRef") or {}).get("name"))
+            for item in found.get("items") or []
+            for e in item.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+        }
+
+    until(
+        lambda: (pods := front_pods()) and all(p.startswith(f"{ab}-v1-") for p in pods),
+        f"the front Service {ab} on A's pods only",
+        30,
     )
     time.sleep(3)  # Traefik applies a route change within a second or two
     before = {name: gateway_counts(traefik, name) for name in hosts}

@@ -387,3 +387,21 @@ def test_tf_servings_own_parsers_read_the_config_and_flags_servectl_writes() -> 
     assert (flags.port, flags.rest_api_port) == (obj.GRPC_PORT, obj.REST_PORT)
     assert flags.model_config_file == "/etc/servectl/models.config"
     assert flags.enable_batching
+
+
+def test_the_front_service_selects_the_revision_with_the_most_traffic() -> None:
+    """In-cluster callers of ``<service>`` must not reach a weight-0 A/B variant (issue 27,
+    item 2): behind a Gateway the front Service selects one revision, the one with the
+    most traffic (the older on a tie); with the service provider, every revision (the
+    replica ratio is that provider's split)."""
+    assert obj.front_revision([]) is None
+    assert obj.front_revision([("r-v1", 1, 100), ("r-v2", 2, 0)]) == "r-v1"  # A/B: B at 0
+    assert obj.front_revision([("r-v1", 1, 70), ("r-v2", 2, 30)]) == "r-v1"
+    assert obj.front_revision([("r-v1", 1, 50), ("r-v2", 2, 50)]) == "r-v1"
+    assert obj.front_revision([("r-v1", 1, 10), ("r-v2", 2, 90)]) == "r-v2"
+    assert obj.front_revision([("r-v2", 2, 0), ("r-v3", 3, 0)]) == "r-v2"
+    one = obj.front_service(MS, "resnet-v1")
+    assert one["spec"]["selector"] == {obj.LABEL_SERVICE: "resnet", obj.LABEL_REVISION: "resnet-v1"}
+    every = obj.front_service(MS)
+    assert every["spec"]["selector"] == {obj.LABEL_SERVICE: "resnet"}
+    assert obj.applied_hash(one) != obj.applied_hash(every)  # a change of revision is applied
