@@ -66,6 +66,18 @@ def rollout(node: Node, name: str) -> dict[str, Any]:
     return dict((get(node, f"{MODELSERVICES}/{name}").get("status") or {}).get("rollout") or {})
 
 
+def paused_at(node: Node, name: str, weight: int) -> None:
+    """Wait (up to 180 s: the canary's pods start first) for the canary paused at ``weight``."""
+    until(
+        lambda: (
+            rollout(node, name).get("phase") == "Paused"
+            and weights(node, name).get(f"{name}-v2") == weight
+        ),
+        f"the canary paused at {weight} %",
+        180,
+    )
+
+
 def servectl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a user runs it against the node's cluster."""
     argv = [sys.executable, "-m", "servectl", *args, "--kubeconfig", str(node.cluster.kubeconfig)]
@@ -112,14 +124,7 @@ def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(
         set_version(node, name, 2)
         shares = {}
         for weight in (10, 50):
-            until(
-                lambda w=weight: (
-                    rollout(node, name).get("phase") == "Paused"
-                    and weights(node, name).get(f"{name}-v2") == w
-                ),
-                f"the canary paused at {weight} %",
-                180,
-            )
+            paused_at(node, name, weight)
             time.sleep(3)  # Traefik applies a route change within a second or two
             shares[weight] = measure_split(traefik, name, 1000)
             done = servectl(node, "rollout", "resume", name, "-n", NS)
@@ -162,14 +167,7 @@ def test_two_services_share_the_gateway_a_canary_and_an_ab_rule_each_on_its_own_
     for name, spec in ((canary, PAUSED_AT_30), (ab, ab_spec)):
         start(node, servectl_on_node, name, spec, traefik.web, routing={"hostnames": [hosts[name]]})
         set_version(node, name, 2)
-    until(
-        lambda: (
-            rollout(node, canary).get("phase") == "Paused"
-            and weights(node, canary).get(f"{canary}-v2") == 30
-        ),
-        "the canary paused at 30 %",
-        180,
-    )
+    paused_at(node, canary, 30)
     until(lambda: ready(node, f"{ab}-v2"), "B Ready", 180)
     route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{ab}"
     until(
@@ -301,14 +299,7 @@ def test_the_controller_pod_deleted_mid_rollout_the_other_takes_the_lease_and_go
     load = Load(tmp_path / "load", traefik.web, [(0, RPS), (3600, RPS)], name)
     try:
         set_version(node, name, 2)
-        until(
-            lambda: (
-                rollout(node, name).get("phase") == "Paused"
-                and weights(node, name).get(f"{name}-v2") == 30
-            ),
-            "the canary paused at 30 %",
-            180,
-        )
+        paused_at(node, name, 30)
         step = rollout(node, name)["step"]
         leader = until(lambda: lease_holder(node), "a Lease holder")
         pods = f"/api/v1/namespaces/{stack.CONTROLLER_NAMESPACE}/pods"
