@@ -109,8 +109,7 @@ from servectl.api.models.rollout import (
 from servectl.api.models.routing import (
     HOSTNAME,
     RoutingSpec,
-    hostnames_intersect,
-    shared_hostnames,
+    shared_hostname,
 )
 from servectl.api.models.runtime import (
     Batching,
@@ -210,12 +209,11 @@ __all__ = [
     "Verdict",
     "cel_rules",
     "describe_rules",
-    "hostnames_intersect",
     "is_builtin_metric",
     "latency_metric_percentile",
     "parse_duration",
     "parse_quantity",
-    "shared_hostnames",
+    "shared_hostname",
     "spec_error",
     "to_snake",
 ]

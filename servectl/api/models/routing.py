@@ -22,7 +22,7 @@ HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9]
 HOSTNAMES_MAX = 16  # the Gateway API's own limit per route
 
 
-def hostnames_intersect(a: str, b: str) -> bool:
+def _intersect(a: str, b: str) -> bool:
     """Whether two Gateway API hostnames can match one request's host (``*.x`` matches any
     name ending in ``.x``, not ``x`` itself)."""
     if a == b:
@@ -35,11 +35,12 @@ def hostnames_intersect(a: str, b: str) -> bool:
     return False
 
 
-def shared_hostnames(rest: list[str], grpc: list[str]) -> list[tuple[str, str]]:
-    """The (REST, gRPC) hostname pairs that intersect; an empty list stands for every host."""
+def shared_hostname(rest: list[str], grpc: list[str]) -> tuple[str, str] | None:
+    """The first (REST, gRPC) hostname pair that can match one request's host, or None; an
+    empty list stands for every host ("*")."""
     if not rest or not grpc:
-        return [(rest[0] if rest else "*", grpc[0] if grpc else "*")]
-    return [(r, g) for r in rest for g in grpc if hostnames_intersect(r, g)]
+        return (rest[0] if rest else "*", grpc[0] if grpc else "*")
+    return next(((r, g) for r in rest for g in grpc if _intersect(r, g)), None)
 
 
 Hostname = Annotated[str, Field(max_length=253, pattern=HOSTNAME)]
@@ -79,9 +80,9 @@ class RoutingSpec(SpecModel):
     @model_validator(mode="after")
     def _apart(self) -> Self:
         if self.hostnames and self.grpc_hostnames:
-            clash = shared_hostnames(self.hostnames, self.grpc_hostnames)
-            if clash:
-                rest, grpc = clash[0]
+            clash = shared_hostname(self.hostnames, self.grpc_hostnames)
+            if clash is not None:
+                rest, grpc = clash
                 raise spec_error(
                     f"grpcHostnames {grpc!r} matches hostnames {rest!r}: an HTTPRoute and a "
                     "GRPCRoute on one listener with a common hostname conflict, and the "

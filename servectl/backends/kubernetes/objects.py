@@ -519,9 +519,9 @@ def grpc_unrouted(ms: Mapping[str, Any], options: Options) -> str | None:
             "hostnames of its own (set spec.routing.grpcHostnames, or give the controller "
             "--grpc-hostnames or --grpc-listener)"
         )
-    clash = models.shared_hostnames(rest, grpc)
-    if clash:
-        r, g = clash[0]
+    clash = models.shared_hostname(rest, grpc)
+    if clash is not None:
+        r, g = clash
         return (
             f"gRPC is not routed through the Gateway: its hostname {g} matches the REST "
             f"route's {r} on a shared listener (give gRPC hostnames REST does not match)"
