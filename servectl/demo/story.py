@@ -448,16 +448,29 @@ class Story:
         return load
 
     def _handover(
-        self, running: list[Load], leader: Load, name: str, trace: Sequence[tuple[float, float]]
+        self,
+        running: list[Load],
+        leader: Load,
+        name: str,
+        trace: Sequence[tuple[float, float]],
+        sending: Callable[[], None] = lambda: None,
     ) -> tuple[Load, runner.LoadTestResult]:
-        """Start Locust run ``name``; once it sends, stop ``leader`` HANDOVER_S later: the
-        load never stops between phases. The new run and what the old one counted."""
+        """Start Locust run ``name``; once it sends, call ``sending`` and stop ``leader``
+        HANDOVER_S later: the load never stops between phases. The new run and what the old
+        one counted."""
         follower = self._load(name, trace)
         running.append(follower)
         follower.sending.wait(timeout=30)  # Locust's start: a second or two
+        sending()
         time.sleep(HANDOVER_S)
         running.remove(leader)
         return follower, self._finish(leader)
+
+    def _stepped(self, rate: float) -> Callable[[], None]:
+        def stepped() -> None:
+            self._phase = ("scale-up", rate)
+
+        return stepped
 
     def _finish(self, load: Load) -> runner.LoadTestResult:
         result = load.finish()
@@ -583,15 +596,18 @@ class Story:
             recorder.start()
             phases: list[PhaseResult] = []
             try:
-                # 1. A load step x5, held through the two rollouts.
+                # 1. A load step x5, held through the two rollouts. The baseline is the
+                # warm-up's own run, not a new one: a handover there doubled the rate read
+                # for its overlap and the panic rule asked a second replica before the step
+                # (2026-12-05). The step's run takes over at the step, where the overlap
+                # adds the base load to the high one (1/step more) for HANDOVER_S.
                 self._phase = ("baseline", base)
-                trace = [(0, base), (STEP_AT_S - 1, base), (STEP_AT_S, high), (3600, high)]
-                load, _ = self._handover(running, warmup, "high", trace)
-                self.say(f"load: {base:g} req/s, stepping to {high:g} req/s at t={STEP_AT_S:g} s")
-                stepped = (load.started_at or time.time()) + STEP_AT_S
-                time.sleep(max(0.0, stepped - time.time()))
-                self._phase = ("scale-up", high)
-                t_step = stepped - self.t0
+                self.say(f"load: {base:g} req/s, stepping to {high:g} req/s at t~{STEP_AT_S:g} s")
+                time.sleep(STEP_AT_S)
+                load, _ = self._handover(
+                    running, warmup, "high", [(0, high), (3600, high)], self._stepped(high)
+                )
+                t_step = (load.started_at or time.time()) - self.t0
                 self.wait(self._settled, 150, "the scale-up to settle")
                 phases.append(PhaseResult("scale-up", t_step, time.time() - self.t0, "settled"))
                 # 2. A good canary under that load.

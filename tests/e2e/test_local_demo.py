@@ -67,18 +67,17 @@ def test_servectl_demo_tells_the_whole_story_and_writes_its_report(tmp_path: Pat
     recorded = json.loads((out / "samples.json").read_text())
     samples, events = recorded["samples"], recorded["events"]
     assert samples, "the recorder kept no sample"
-    # The step finds the service served by one ready replica. Checked on the last sample
-    # before the step (the first one after it may already show the step's scale-out).
-    # Known defect, not yet fixed (2026-12-05, about half of that day's runs): the baseline's
-    # Locust run takes over from the warm-up's with a 2 s overlap (story.HANDOVER_S), the
-    # rate read doubles for those seconds, and the panic rule can ask a second replica at
-    # t ~ 5 s, still loading at the step. So "desired" is not asserted to be 1 here until
-    # the handover stops doubling the load.
+    # The step finds the service served by one replica, ready, with all the traffic, and no
+    # other asked for. Checked on the last sample before the step (the first one after it
+    # may already show the step's scale-out). The baseline runs on the warm-up's own Locust
+    # run: a handover there (2 s of both runs, 2026-12-05) doubled the rate read and the
+    # panic rule asked a second replica before the step in about half the runs.
     stepped = next(i for i, x in enumerate(samples) if x["phase"] == "scale-up")
     assert stepped > 0, samples[0]
     before = samples[stepped - 1]["revisions"]
     assert set(before) == {"cost-v1"}, before
-    assert (before["cost-v1"]["ready"], before["cost-v1"]["weight"]) == (1, 100), before
+    v1 = before["cost-v1"]
+    assert (v1["desired"], v1["ready"], v1["weight"]) == (1, 1, 100), before
     # Rule 4: while traffic moves back from the failing v3, v2's ready replicas never dip:
     # from the last sample before the abort to the first with no traffic on v3 (samples
     # are 1 s apart, and with v2's capacity ready the move can take less: CI, 2026-12-05).
