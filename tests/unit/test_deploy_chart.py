@@ -42,10 +42,12 @@ KUBERNETES_VERSION = "1.34.0"
 CRD_TYPED = {"PrometheusRule", "ServiceMonitor", "HTTPRoute", "GRPCRoute", "Gateway"}
 
 # The controller's contract: every (apiGroup, resource) it touches and exactly its verbs.
-ALL_VERBS = ["get", "list", "watch", "create", "patch", "update", "delete"]
+# Writes are server-side applies (patch; create when the object is new) and deletes: no
+# "update" but the finalizers' (see docs/deploy.md) and the lease's.
+ALL_VERBS = ["get", "list", "watch", "create", "patch", "delete"]
 CONTROLLER_RULES: dict[tuple[str, str], set[str]] = {
-    ("servectl.io", "modelservices"): {"get", "list", "watch", "patch", "update"},
-    ("servectl.io", "modelservices/status"): {"patch", "update"},
+    ("servectl.io", "modelservices"): {"get", "list", "watch", "patch"},
+    ("servectl.io", "modelservices/status"): {"patch"},
     ("servectl.io", "modelservices/finalizers"): {"update"},
     ("servectl.io", "scalingpolicies"): {"get", "list", "watch"},
     ("apps", "deployments"): set(ALL_VERBS),
@@ -275,6 +277,8 @@ def test_defaults_render_the_controller_cluster_wide(rendered: dict[str, Any]) -
             ("Deployment", NAMESPACE, CONTROLLER),
             ("Service", NAMESPACE, CONTROLLER),
             ("PodDisruptionBudget", NAMESPACE, CONTROLLER),
+            ("ValidatingAdmissionPolicy", "", f"{CONTROLLER}-{NAMESPACE}"),
+            ("ValidatingAdmissionPolicyBinding", "", f"{CONTROLLER}-{NAMESPACE}"),
         ]
     )
     deployment = _one(objects, "Deployment")
@@ -528,6 +532,35 @@ def test_rbac_without_gateway_traffic_has_no_route_rights(
     expected = {k: v for k, v in CONTROLLER_RULES.items() if k[0] != "gateway.networking.k8s.io"}
     assert _rules(_one(objects, "ClusterRole")) == expected
     assert "--traffic=service" in _args(objects)
+
+
+def test_the_admission_policy_binds_only_the_controllers_own_requests(
+    rendered: dict[str, list[dict[str, Any]]], helm: Path
+) -> None:
+    """The policy narrows the controller's token and nobody else's; it denies (not only
+    audits); rbac.admissionPolicy=false or rbac.create=false leaves it out. What it allows
+    and refuses is tried on a real API server (tests/integration/k8s, the RBAC test)."""
+    objects = rendered["defaults"]
+    policy = _one(objects, "ValidatingAdmissionPolicy")
+    [condition] = policy["spec"]["matchConditions"]
+    user = f"system:serviceaccount:{NAMESPACE}:{CONTROLLER}"
+    assert condition["expression"].split("==")[1].strip() == f'"{user}"', condition
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    binding = _one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    kinds = {
+        r for rule in policy["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]
+    }
+    written = {
+        resource for (_, resource), verbs in CONTROLLER_RULES.items() if verbs & {"patch", "delete"}
+    }
+    assert kinds == written - {"modelservices", "modelservices/status", "events"}, kinds
+    for off in ("rbac.admissionPolicy=false", "rbac.create=false"):
+        kept = render(helm, "--set", off)
+        assert not [o for o in kept if o["kind"].startswith("ValidatingAdmissionPolicy")], off
 
 
 def test_without_leader_election_there_is_no_lease_role(

@@ -11,6 +11,7 @@ API server is in tests/unit/test_deploy_chart.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -367,12 +368,15 @@ def test_the_controller_works_with_exactly_the_charts_rbac(
     k8s_api: kubernetes.client.ApiClient,
     namespace: str,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Least privilege that is also enough: the chart's objects applied for real (namespaced
     to this test's namespace, so that no cluster-wide grant outlives it), then servectl's
     controller run here with the chart's own arguments and the chart's service account's
     token. It must elect itself, create a revision, route it, write status and events,
-    and clean up behind a deleted ModelService, without one request refused."""
+    and clean up behind a deleted ModelService, without one request refused. The chart's
+    ValidatingAdmissionPolicy (cluster-scoped, per release namespace, deleted after) is
+    applied too: the same token is then refused whatever servectl does not own."""
     if not _controller_has_kubernetes():
         pytest.skip("servectl controller has no --kubernetes yet")
     probe, metrics = _free_port(), _free_port()
@@ -391,7 +395,10 @@ def test_the_controller_works_with_exactly_the_charts_rbac(
         f"traffic.provider={traffic}",
     )
     assert not [o for o in objects if o["kind"].startswith("Cluster")]
+    policies = [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert len(policies) == 2, [o["kind"] for o in objects]
     dynamic = _dynamic(k8s_api)
+    request.addfinalizer(lambda: _delete_all(dynamic, policies))
     for obj in objects:
         if obj["kind"] == "Deployment":
             continue  # the controller runs here instead
@@ -407,8 +414,10 @@ def test_the_controller_works_with_exactly_the_charts_rbac(
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     # The service account's own token (the Python client has no impersonation).
-    request: Any = {"spec": {"expirationSeconds": 3600}}
-    token = CoreV1Api(k8s_api).create_namespaced_service_account_token(account, namespace, request)
+    token_request: Any = {"spec": {"expirationSeconds": 3600}}
+    token = CoreV1Api(k8s_api).create_namespaced_service_account_token(
+        account, namespace, token_request
+    )
     assert token.status is not None
     config = yaml.safe_load(control_plane.kubeconfig.read_text())
     for user in config["users"]:
@@ -423,6 +432,7 @@ def test_the_controller_works_with_exactly_the_charts_rbac(
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         _exercise_the_controller(k8s_api, namespace, process, log_path, routes=traffic == "gateway")
+        _refused_what_is_not_servectls(k8s_api, kubeconfig, namespace)
     finally:
         process.terminate()
         try:
@@ -435,6 +445,78 @@ def test_the_controller_works_with_exactly_the_charts_rbac(
         lines = log_path.read_text().replace(namespace, "<namespace>").splitlines()
         refused = [line for line in lines if re.search(r"\b403\b|forbidden", line, re.IGNORECASE)]
         assert not refused, "refused under the chart's RBAC:\n" + "\n".join(refused[:10])
+
+
+def _delete_all(dynamic: DynamicClient, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        with contextlib.suppress(kubernetes.dynamic.exceptions.NotFoundError):
+            resource.delete(name=obj["metadata"]["name"])
+
+
+def _refused(call: Any, *args: Any) -> str:
+    """The API server's message refusing ``call(*args)`` (a 403); fails if it is allowed."""
+    try:
+        call(*args)
+    except ApiException as error:
+        assert error.status == 403, (error.status, error.body)
+        return str(error.body)
+    pytest.fail(f"{call.__name__}{args[:2]} was allowed")
+
+
+def _refused_what_is_not_servectls(
+    admin_api: kubernetes.client.ApiClient, kubeconfig: Path, namespace: str
+) -> None:
+    """Issue 27, item 3: RBAC lets the controller patch pods and write Services and
+    Deployments in the namespace; the admission policy refuses its token everything but
+    servectl's own objects, and on pods everything but their deletion cost."""
+    admin_core, admin_apps = CoreV1Api(admin_api), kubernetes.client.AppsV1Api(admin_api)
+    mine = {"app.kubernetes.io/managed-by": "servectl"}
+
+    def pod(name: str, labels: dict[str, str]) -> Any:
+        container = {"name": "main", "image": "registry.example/app:1"}
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [container]}}
+
+    admin_core.create_namespaced_pod(namespace, pod("foreign", {"app": "other"}))
+    admin_core.create_namespaced_pod(namespace, pod("owned", mine))
+    service: Any = {"metadata": {"name": "foreign"}, "spec": {"ports": [{"port": 80}]}}
+    admin_core.create_namespaced_service(namespace, service)
+    api = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig), context=CONTEXT
+    )
+    try:
+        core, apps = CoreV1Api(api), kubernetes.client.AppsV1Api(api)
+        image = {"spec": {"containers": [{"name": "main", "image": "attacker.example/x:1"}]}}
+        cost = {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "7"}}}
+        said = _refused(core.patch_namespaced_pod, "foreign", namespace, image)
+        assert "managed-by=servectl" in said, said
+        _refused(core.patch_namespaced_pod, "foreign", namespace, cost)
+        said = _refused(core.patch_namespaced_pod, "owned", namespace, image)
+        assert "pod-deletion-cost" in said, said
+        relabel = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "someone"}}}
+        _refused(core.patch_namespaced_pod, "owned", namespace, relabel)
+        core.patch_namespaced_pod("owned", namespace, cost)  # its own work: allowed
+        _refused(core.delete_namespaced_service, "foreign", namespace)
+        adopt = {"metadata": {"labels": mine}}
+        _refused(core.patch_namespaced_service, "foreign", namespace, adopt)
+        deployment = {
+            "metadata": {"name": "foreign"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "x"}},
+                "template": pod("x", {"app": "x"}),
+            },
+        }
+        _refused(apps.create_namespaced_deployment, namespace, deployment)
+    finally:
+        api.close()
+    owned = admin_core.read_namespaced_pod("owned", namespace)
+    assert owned.spec is not None and owned.spec.containers[0].image == "registry.example/app:1"
+    assert owned.metadata is not None and owned.metadata.annotations
+    assert owned.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"] == "7"
+    assert admin_core.read_namespaced_service("foreign", namespace).metadata is not None
+    assert not admin_apps.list_namespaced_deployment(
+        namespace, field_selector="metadata.name=foreign"
+    ).items
 
 
 def _exercise_the_controller(
