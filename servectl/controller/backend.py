@@ -40,6 +40,7 @@ class EventReason(enum.StrEnum):
     POLICY_FAILED = "PolicyFailed"  # the custom CEL policy failed (once per distinct error)
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # metrics went stale: holding (rule 8)
     METRICS_RESTORED = "MetricsRestored"
+    PODS_REFUSED = "PodsRefused"  # the cluster refuses a revision's pods (admission, quota)
     CREATED = "Created"  # a new service's first revision
     # The driver's reports (also the reason of the Ready=False condition they set):
     INVALID_SPEC = "InvalidSpec"  # servectl refuses the spec (the CRD schema let it through)

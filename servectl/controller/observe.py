@@ -38,6 +38,9 @@ class RevisionState:
     # Its replicas that have taken no request yet (loading their model), when the backend
     # knows: their CPU in the rate window is no load (:func:`steady`).
     loading_pods: frozenset[str] | None = None
+    # Why the cluster refuses to create its pods, in the cluster's words ("" when it does
+    # not): Pod Security admission, a quota, an admission policy.
+    refused: str = ""
 
 
 def ready_cpu(
@@ -131,6 +134,7 @@ def observe(
                     pods=pods,
                 ),
                 counters=own.counters,
+                refused=r.refused,
             )
         )
     whole = metrics.service(namespace, service, serving)

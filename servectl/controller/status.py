@@ -28,6 +28,7 @@ class ConditionReason(enum.StrEnum):
 
     SERVING = "Serving"  # every revision with traffic has a ready replica
     NO_READY_REPLICA = "NoReadyReplica"  # a revision with traffic has none
+    PODS_REFUSED = "PodsRefused"  # ... and the cluster refuses to create its pods
     ROLLOUT_IDLE = "NoRollout"
     ROLLOUT_RUNNING = "RolloutRunning"
     ROLLOUT_PAUSED = "RolloutPaused"
@@ -178,12 +179,17 @@ def build(
 
     weighted = [r for r in observed.revisions if r.weight > 0]
     dark = [r.name for r in weighted if r.ready == 0]
+    refusal = pods_refused(observed)
     if dark:
         ready = (S.FALSE, ConditionReason.NO_READY_REPLICA, f"no ready replica: {', '.join(dark)}")
     elif not weighted:
         ready = (S.FALSE, ConditionReason.NO_READY_REPLICA, "no revision receives traffic")
     else:
         ready = (S.TRUE, ConditionReason.SERVING, "every revision with traffic has a ready replica")
+    if refusal and ready[0] is S.FALSE:
+        ready = (S.FALSE, ConditionReason.PODS_REFUSED, f"{ready[2]}; {refusal}")
+    elif refusal:
+        ready = (ready[0], ready[1], f"{ready[2]}; {refusal}")
     conditions = [condition(C.READY, *ready, now, previous)]
     phase = rollout.phase
     progressing = {
@@ -255,6 +261,21 @@ def build(
         conditions=conditions,
     )
     return status, events_for(status, previous, outcome, observed, now=now, applied=applied)
+
+
+REFUSAL_CHARS = 600
+"""The most of one revision's refusal kept in Ready's message (Pod Security's names every
+violated field: a few hundred characters)."""
+
+
+def pods_refused(observed: Observed) -> str:
+    """The revisions whose pods the cluster refuses to create, and its reason, or ""."""
+    refused = [
+        f"{r.name}: {r.refused[:REFUSAL_CHARS]}"
+        for r in observed.revisions
+        if r.refused and (r.desired > 0 or r.weight > 0)
+    ]
+    return "pods refused: " + "; ".join(refused) if refused else ""
 
 
 def _policy_failure(outcome: Outcome) -> str | None:
@@ -333,6 +354,10 @@ def events_for(
         events.append(
             Event(now, EventType.WARNING, EventReason.COMMAND_REFUSED, text, command=ident)
         )
+    refusal = pods_refused(observed)
+    old_ready = previous.condition(C.READY) if previous else None
+    if refusal and (old_ready is None or refusal not in old_ready.message):
+        events.append(Event(now, EventType.WARNING, EventReason.PODS_REFUSED, refusal))
     failed = _policy_failure(outcome)
     old_limit = previous.condition(C.SCALING_LIMITED) if previous else None
     new_limit = status.condition(C.SCALING_LIMITED)

@@ -36,6 +36,9 @@ class ObservedRevision:
     available: bool = False  # TF Serving reports the version AVAILABLE on a ready replica
     snapshot: Snapshot | None = None  # its own windowed signals (None: no metrics)
     counters: Counters | None = None  # cumulative counters (None: metrics missing)
+    refused: str = (
+        ""  # why the cluster refuses to create its pods (admission, quota); "": it does not
+    )
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from servectl.api import models
+from servectl.api import models, names
 from servectl.backends.kubernetes import objects as obj
 from servectl.backends.kubernetes import route_status
 from servectl.backends.kubernetes.cache import Informer
@@ -51,6 +51,7 @@ from servectl.backends.kubernetes.kube import (
     Kube,
     KubeError,
 )
+from servectl.controller import gitops
 from servectl.controller import state as state_codec
 from servectl.controller import status as status_conditions
 from servectl.controller.backend import Event
@@ -244,6 +245,7 @@ class KubeBackend:
                     # probe since may have served in the window; rare, and only a tick's
                     # cost estimate).
                     loading_pods=frozenset(str(p["metadata"]["name"]) for p in starting),
+                    refused=obj.pods_refused(dep),
                 )
             )
         return states
@@ -347,7 +349,16 @@ class KubeBackend:
             commands.append(Command(Op.START, wanted))
             self.memory.start_version = wanted
             self.memory.force_checkpoint = True
+        if isinstance(state, LoopState) and not commands:
+            canary = state.rollout.canary
+            weight = 0 if canary is None else self.applied_weights().get(self._rev(canary), 0)
+            asked = gitops.command(wanted, state.rollout, weight)
+            if asked is not None:
+                commands.append(Command(*asked))
         return commands
+
+    def _rev(self, version: int) -> str:
+        return names.revision_name(self.name, version)
 
     # -- apply
 
@@ -574,6 +585,11 @@ class KubeBackend:
 
     def write_status(self, status: models.ModelServiceStatus) -> None:
         status = self.routes_condition(status)
+        if isinstance(self.memory.state, LoopState):
+            wanted = self.service.spec.model.version
+            rollout = self.memory.state.rollout
+            before = self.load_status()
+            status = gitops.degraded(status, wanted, rollout, self._wall(), before)
         generation = (self.doc.get("metadata") or {}).get("generation")
         body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         if generation is not None:

@@ -33,6 +33,7 @@ re-applies only what changed (the scale bench counts zero writes on a quiet cycl
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -74,6 +75,25 @@ FETCH_IMAGES = {
 GRACE_EXTRA_S = 30
 """Grace period beyond ``drainSeconds``: TF Serving's own shutdown after the drain."""
 STARTUP_PERIOD_S = 2
+RUN_AS = 65532
+"""The uid and gid model pods run as: not root, so that they pass Pod Security
+"restricted" (tensorflow/serving's image runs as root and writes nothing but /tmp; the
+kubelet can verify a numeric uid whatever the image's USER says)."""
+TMP_SIZE = "256Mi"
+"""The writable /tmp of a model pod (its root filesystem is read-only)."""
+POD_SECURITY: Doc = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,  # the fetched models' emptyDir is theirs
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: Doc = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 """The startup probe's period; its failureThreshold spans ``runtime.loadTimeoutSeconds``."""
 
 
@@ -233,9 +253,14 @@ def _fetch_container(spec: models.ModelServiceSpec, version: int, source: ModelS
         "name": "fetch-model",
         "image": FETCH_IMAGES[source.scheme],
         "command": command,
-        "volumeMounts": [{"name": "models", "mountPath": MODELS_DIR}],
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODELS_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        # The CLIs keep their credentials' cache and config under $HOME: the uid has none.
+        "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
 
 
@@ -266,8 +291,14 @@ def deployment(
     ]
     if spec.runtime.batching is not None:
         args += ["--enable_batching", f"--batching_parameters_file={CONFIG_DIR}/batching.config"]
-    mounts: list[Doc] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
-    volumes: list[Doc] = [{"name": "config", "configMap": {"name": f"{revision}-config"}}]
+    mounts: list[Doc] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[Doc] = [
+        {"name": "config", "configMap": {"name": f"{revision}-config"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+    ]
     init: list[Doc] = []
     if source.scheme in ("s3", "gs"):
         volumes.append({"name": "models", "emptyDir": {}})
@@ -294,6 +325,7 @@ def deployment(
         "name": "tfserving",
         "image": spec.runtime.image,
         "args": args,
+        "env": [{"name": "HOME", "value": "/tmp"}],  # RUN_AS has no home; /tmp is writable
         "ports": [
             {"name": "tfs-grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "tfs-rest", "containerPort": REST_PORT, "protocol": "TCP"},
@@ -322,11 +354,12 @@ def deployment(
         },
         "lifecycle": {"preStop": {"sleep": {"seconds": drain}}} if drain > 0 else {},
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
     if not container["lifecycle"]:
         del container["lifecycle"]
     pod_spec: Doc = {
+        "securityContext": copy.deepcopy(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": drain + GRACE_EXTRA_S,
@@ -629,6 +662,17 @@ def pod_ready_since(pod: Mapping[str, Any]) -> str | None:
             value = c.get("lastTransitionTime")
             return str(value) if value else None
     return None
+
+
+def pods_refused(deployment: Mapping[str, Any]) -> str:
+    """Why the cluster refuses to create a Deployment's pods, in its own words (the
+    ReplicaFailure condition the Deployment copies from its ReplicaSet: Pod Security
+    admission naming the policy and the fields, a quota, an admission policy); "" if it
+    does not."""
+    for c in (deployment.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
+            return str(c.get("message") or c.get("reason") or "ReplicaFailure")
+    return ""
 
 
 def pod_terminating(pod: Mapping[str, Any]) -> bool:

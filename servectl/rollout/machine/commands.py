@@ -66,6 +66,13 @@ def command(
         if state.promoting:
             return replace(base, message="already promoting")
         return next_step(base, now, "step promoted by the user", spec=spec, skip_wait=True)
+    if op is Op.SETTLE:
+        if state.phase is not Phase.ABORTED:
+            raise RolloutError(
+                f"only an aborted rollout is settled by reverting the spec (phase {state.phase})",
+                "nothing to do",
+            )
+        return _settle(state)
     if op is Op.RETRY:
         if state.phase is not Phase.ABORTED or state.canary is None:
             raise RolloutError(
@@ -85,6 +92,17 @@ def command(
     return replace(undone, promoting=True, skip_analysis=True, user_decided=True)
 
 
+def _settle(state: RolloutState) -> RolloutState:
+    """An aborted rollout put aside: the spec (or the user) names the stable version again."""
+    aborted = f" (the rollout to v{state.canary} was aborted)" if state.canary else ""
+    return replace(
+        state,
+        phase=Phase.IDLE,
+        canary=None,
+        message=f"spec.model.version names v{state.stable} again, which serves{aborted}",
+    )
+
+
 def _start(
     state: RolloutState, spec: models.RolloutSpec, now: float, version: int | None
 ) -> RolloutState:
@@ -92,6 +110,8 @@ def _start(
         raise RolloutError("start needs a version", "name the model version to roll out")
     if version < 1:
         raise RolloutError(f"version {version} is not a model version", "versions are >= 1")
+    if version == state.stable and state.phase is Phase.ABORTED:
+        return _settle(state)  # back to what serves: the aborted rollout is put aside
     if version == state.stable and not state.active:
         raise RolloutError(
             f"v{version} is already the stable version", "nothing to roll out; pick another"

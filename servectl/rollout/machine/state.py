@@ -27,6 +27,7 @@ class Op(enum.StrEnum):
     ABORT = "abort"
     RETRY = "retry"
     UNDO = "undo"
+    SETTLE = "settle"  # the spec names the stable version again after an abort (GitOps)
 
 
 class RolloutError(ValueError):

@@ -264,9 +264,10 @@ class Stack:
             node.load_image(tarball)
         self._step("images", began, say, "images ready and imported")
         began = time.monotonic()
-        node.apply(
-            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}]
-        )
+        # Pod Security "restricted" enforced where the model pods run, as on a shared cluster.
+        restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+        namespace = {"name": self.namespace, "labels": restricted}
+        node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": namespace}])
         node.apply(models_volume(node, models, self.namespace))
         say("helm install servectl (deploy/helm/servectl) ...")
         install_controller(

@@ -35,6 +35,7 @@ from servectl.testing.k8s import (
     gateway_api_crds,
     wait_for,
 )
+from tests.integration.k8s.harness import harness  # noqa: F401 (the fixture, for every module)
 
 REQUIRE_ENV = "SERVECTL_REQUIRE_K8S"
 CRDS = sorted((Path(__file__).resolve().parents[3] / "deploy" / "crds").glob("*.yaml"))

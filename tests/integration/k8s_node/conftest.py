@@ -156,7 +156,11 @@ def install_servectl(
     models = factory.mktemp("models")
     export_demo(models, cost=400)
     models.chmod(0o755)  # read by the model server's non-root user through the volume
-    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    # Pod Security "restricted" enforced where the model pods run (issue 27 item 4): every
+    # node test then runs servectl's pods as the policy admits them.
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    namespace = {"name": NS, "labels": restricted}
+    node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": namespace}])
     node.apply(stack.models_volume(node, models, NS))
     began = time.monotonic()
     stack.install_controller(

@@ -199,6 +199,59 @@ def test_a_revision_with_traffic_and_no_ready_replica_is_not_ready() -> None:
     assert ready.reason == "NoReadyReplica" and "m-v1" in ready.message
 
 
+SECURITY = (
+    'pods "m-v1-5d8f-x2" is forbidden: violates PodSecurity "restricted:latest": '
+    'runAsNonRoot != true (pod or container "tfserving" must set '
+    "securityContext.runAsNonRoot=true)"
+)
+
+
+class Refused(FakeBackend):
+    """The cluster refuses m-v1's pods (what a Deployment's ReplicaFailure says)."""
+
+    refusal = SECURITY
+
+    def observe(self, now: float):  # type: ignore[no-untyped-def]
+        observed = super().observe(now)
+        revisions = tuple(replace(r, ready=0, refused=self.refusal) for r in observed.revisions)
+        return replace(observed, revisions=revisions)
+
+
+def test_pods_the_cluster_refuses_are_named_in_ready_with_its_words_and_one_event() -> None:
+    backend = Refused({"m-v1": (1, 3, 100)})
+    for now in (0.0, 1.0, 2.0):
+        reconcile_once(backend, loop(3), now)
+    assert backend.status is not None
+    ready = backend.status.condition(C.READY)
+    assert ready is not None and ready.status is S.FALSE
+    assert ready.reason == ConditionReason.PODS_REFUSED == "PodsRefused"
+    assert "no ready replica: m-v1" in ready.message
+    assert f"pods refused: m-v1: {SECURITY}" in ready.message  # the policy and the field
+    refused = [e for e in backend.events if e.reason is EventReason.PODS_REFUSED]
+    assert [(e.type, e.message) for e in refused] == [
+        (EventType.WARNING, f"pods refused: m-v1: {SECURITY}")
+    ]  # once, not every cycle it lasts
+    backend.refusal = 'pods "m-v1-5d8f-x3" is forbidden: exceeded quota: pods'
+    reconcile_once(backend, loop(3), 3.0)
+    refused = [e for e in backend.events if e.reason is EventReason.PODS_REFUSED]
+    assert len(refused) == 2 and "exceeded quota" in refused[-1].message
+
+
+def test_a_refusal_beside_ready_replicas_is_said_and_ready_stays_true() -> None:
+    class Partly(Refused):
+        def observe(self, now: float):  # type: ignore[no-untyped-def]
+            observed = super().observe(now)
+            revisions = tuple(replace(r, ready=1) for r in observed.revisions)
+            return replace(observed, revisions=revisions)
+
+    backend = Partly({"m-v1": (1, 3, 100)})
+    reconcile_once(backend, loop(3), 0.0)
+    assert backend.status is not None
+    ready = backend.status.condition(C.READY)
+    assert ready is not None and ready.status is S.TRUE and ready.reason == "Serving"
+    assert ready.message.endswith(f"pods refused: m-v1: {SECURITY}")
+
+
 def test_an_aborted_rollout_says_why_in_its_warning_event() -> None:
     spec = models.RolloutSpec.model_validate(
         {"steps": [{"setWeight": 50}, {"pause": {}}], "drainSeconds": 0}

@@ -344,6 +344,57 @@ def test_a_cookie_match_is_a_regex_on_the_cookie_header() -> None:
     assert not re.search(header["value"], "variant=bx1")
 
 
+@pytest.mark.parametrize("base", ["s3://b/resnet", "pvc://models/resnet"])
+def test_model_pods_are_what_pod_security_restricted_asks(base: str) -> None:
+    """Restricted (Pod Security Standards): non-root with a numeric uid, RuntimeDefault
+    seccomp, no privilege escalation, every capability dropped; here also a read-only root
+    with /tmp an emptyDir of bounded size, $HOME there. The admission itself is tried on a
+    real API server (tests/integration/k8s) and node (the node tests' namespace enforces
+    it)."""
+    s = spec(model={"name": "resnet", "basePath": base, "version": 3})
+    pod = obj.deployment(MS, s, "resnet-v3", 3, 1)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": obj.RUN_AS,
+        "runAsGroup": obj.RUN_AS,
+        "fsGroup": obj.RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert obj.RUN_AS > 0
+    containers = pod["containers"] + pod.get("initContainers", [])
+    assert len(containers) == (2 if base.startswith("s3") else 1)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {"sizeLimit": obj.TMP_SIZE}}
+    assert not [v for v in pod["volumes"] if "hostPath" in v]
+    for c in containers:
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }, c["name"]
+        assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], c["name"]
+        assert {"name": "HOME", "value": "/tmp"} in c["env"], c["name"]
+    # Each Deployment gets its own copies: changing one changes no other.
+    pod["securityContext"]["runAsUser"] = 0
+    again = obj.deployment(MS, s, "resnet-v3", 3, 1)["spec"]["template"]["spec"]
+    assert again["securityContext"]["runAsUser"] == obj.RUN_AS
+
+
+def test_a_deployments_replica_failure_is_why_its_pods_are_refused() -> None:
+    message = 'pods "r-1" is forbidden: violates PodSecurity "restricted:latest": seccompProfile'
+    failing = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}
+    dep = {
+        "status": {
+            "conditions": [{"type": "Available", "status": "False"}, failing | {"message": message}]
+        }
+    }
+    assert obj.pods_refused(dep) == message
+    assert obj.pods_refused({"status": {"conditions": [failing]}}) == "FailedCreate"
+    assert obj.pods_refused({"status": {"conditions": [failing | {"status": "False"}]}}) == ""
+    assert obj.pods_refused({}) == ""
+
+
 def test_pod_readiness() -> None:
     ready = {
         "metadata": {},
