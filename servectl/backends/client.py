@@ -73,6 +73,7 @@ class Deployed:
     changed: bool = True  # False: the runtime already had exactly this
     queued: bool = False  # the rollout is a queued command (else: the spec's version asks)
     kind: str = "ModelService"
+    notes: tuple[str, ...] = ()  # what the user should know: a part of the spec ignored here
 
 
 @dataclass(frozen=True)

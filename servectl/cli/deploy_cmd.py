@@ -149,6 +149,8 @@ def deploy(
                     else f"; rollout to v{done.rollout_to} requested"
                 )
             out.print(f"modelservice/{done.name} {what}", highlight=False)
+            for note in done.notes:
+                err.print(f"note: {note}", highlight=False, markup=False)
             _say_endpoints(client, done.namespace, done.name, models_by_name.get(done.name))
         warning = client.controller_warning()
     if warning is not None:

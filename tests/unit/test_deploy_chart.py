@@ -55,6 +55,7 @@ CONTROLLER_RULES: dict[tuple[str, str], set[str]] = {
     # Not in the first contract: each revision's TF Serving model config is a ConfigMap
     # (servectl/backends/kubernetes/objects.py), which the controller applies and watches.
     ("", "configmaps"): set(ALL_VERBS),
+    ("policy", "poddisruptionbudgets"): set(ALL_VERBS),  # one per revision (issue 27 item 5)
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("gateway.networking.k8s.io", "httproutes"): set(ALL_VERBS),
     ("gateway.networking.k8s.io", "grpcroutes"): set(ALL_VERBS),

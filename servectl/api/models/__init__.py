@@ -21,6 +21,7 @@ the modules behind them are private and follow the document's shape, lowest firs
                    cel_rules / spec_error, the SpecModel and StatusModel bases
     meta           metadata (ObjectMeta, ModelServiceMeta)
     runtime        spec.model and spec.runtime (ModelRef, Resources, Batching, RuntimeSpec)
+    pod            spec.runtime.pod (PodOptions: Kubernetes pod fields servectl passes on)
     autoscaling    spec.autoscaling (Signal, PolicySpec, BehaviorSpec, AutoscalingSpec,
                    ResolvedPolicy)
     analysis       spec.rollout.analysis (AnalysisCheck, AnalysisSpec, StepAnalysis) and
@@ -93,6 +94,7 @@ from servectl.api.models.modelservice import (
     ModelServiceSpec,
     Resource,
 )
+from servectl.api.models.pod import PodOptions
 from servectl.api.models.rollout import (
     AbTestSpec,
     BlueGreenSpec,
@@ -181,6 +183,7 @@ __all__ = [
     "Number",
     "ObjectMeta",
     "PauseStep",
+    "PodOptions",
     "PolicySpec",
     "Quantity",
     "RatePolicySpec",

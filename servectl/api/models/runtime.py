@@ -15,6 +15,7 @@ from servectl.api.models.common import (
     parse_quantity,
     spec_error,
 )
+from servectl.api.models.pod import PodOptions
 
 
 class ModelRef(SpecModel):
@@ -104,4 +105,9 @@ class RuntimeSpec(SpecModel):
         description="The longest a replica may take to load its model and open its ports "
         "(TF Serving opens them only after loading) before it is restarted: on Kubernetes, "
         "the startup probe's budget; liveness checks begin after it passes.",
+    )
+    pod: PodOptions = Field(
+        default_factory=PodOptions,
+        description="Kubernetes: the model pods' service account, env, volumes, scheduling "
+        "and labels (spec.runtime.pod); the local runtime has no pods and ignores it.",
     )

@@ -45,6 +45,7 @@ from servectl.backends.kubernetes.kube import (
     GRPCROUTES,
     HTTPROUTES,
     MODELSERVICES,
+    PDBS,
     PODS,
     SERVICES,
     Doc,
@@ -98,6 +99,7 @@ class Caches:
     pods: Informer
     httproutes: Informer | None = None
     grpcroutes: Informer | None = None
+    pdbs: Informer | None = None  # None (caches some tests build): no PodDisruptionBudgets
 
     def owned(self) -> list[tuple[Informer, Any]]:
         out: list[tuple[Informer, Any]] = [
@@ -109,6 +111,8 @@ class Caches:
             out.append((self.httproutes, HTTPROUTES))
         if self.grpcroutes is not None:
             out.append((self.grpcroutes, GRPCROUTES))
+        if self.pdbs is not None:
+            out.append((self.pdbs, PDBS))
         return out
 
 
@@ -408,6 +412,8 @@ class KubeBackend:
             self._apply_if_changed(
                 caches.services, obj.revision_service(self.doc, rp.name, rp.version)
             )
+            if caches.pdbs is not None:
+                self._apply_if_changed(caches.pdbs, obj.revision_pdb(self.doc, rp.name, rp.version))
         front = None
         if self.options.traffic == obj.TrafficProvider.GATEWAY:
             front = obj.front_revision([(rp.name, rp.version, rp.weight) for rp in plan.revisions])
@@ -462,7 +468,10 @@ class KubeBackend:
             (self.caches.deployments, DEPLOYMENTS, revision),
             (self.caches.services, SERVICES, revision),
             (self.caches.configmaps, CONFIGMAPS, f"{revision}-config"),
+            (self.caches.pdbs, PDBS, revision),
         ):
+            if informer is None:
+                continue
             try:
                 self.kube.delete(res, self.namespace, name)
                 self.applied.writes += 1

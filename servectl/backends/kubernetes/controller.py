@@ -41,6 +41,7 @@ from servectl.backends.kubernetes.kube import (
     GRPCROUTES,
     HTTPROUTES,
     MODELSERVICES,
+    PDBS,
     PODS,
     SERVICES,
     Doc,
@@ -154,6 +155,7 @@ class Controller:
             pods=informer(PODS, f"{obj.LABEL_SERVICE}"),
             httproutes=informer(HTTPROUTES, SELECTOR) if gateway else None,
             grpcroutes=informer(GRPCROUTES, SELECTOR) if gateway else None,
+            pdbs=informer(PDBS, SELECTOR),
         )
 
     def informers(self) -> list[Informer]:

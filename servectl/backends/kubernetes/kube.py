@@ -62,6 +62,7 @@ SCALINGPOLICIES = Resource("servectl.io", "v1alpha1", "scalingpolicies", "Scalin
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 SERVICES = Resource("", "v1", "services", "Service")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servectl.api import models
+from servectl.backends.kubernetes import pod_options
 from servectl.controller.spec import RouteMatch, route_match
 
 Doc = dict[str, Any]
@@ -301,7 +302,8 @@ def deployment(
     ]
     init: list[Doc] = []
     if source.scheme in ("s3", "gs"):
-        volumes.append({"name": "models", "emptyDir": {}})
+        size = str(spec.runtime.pod.model_volume_size)
+        volumes.append({"name": "models", "emptyDir": {"sizeLimit": size}})
         mounts.append({"name": "models", "mountPath": MODELS_DIR, "readOnly": True})
         init.append(_fetch_container(spec, version, source))
     elif source.scheme == "pvc":
@@ -391,6 +393,7 @@ def deployment(
             },
         },
     }
+    pod_options.shape(doc["spec"]["template"], spec.runtime.pod)
     # The replica count and weight move every few cycles; the hash covers the rest, so a
     # changed count is a small apply and a changed template a full one.
     stamped = {**doc, "spec": {**doc["spec"], "replicas": 0}}
@@ -409,6 +412,25 @@ def revision_service(ms: Mapping[str, Any], revision: str, version: int) -> Doc:
             "spec": {
                 "selector": {LABEL_SERVICE: name, LABEL_REVISION: revision},
                 "ports": _service_ports(),
+            },
+        }
+    )
+
+
+def revision_pdb(ms: Mapping[str, Any], revision: str, version: int) -> Doc:
+    """A PodDisruptionBudget per revision: a node drain (an eviction) takes one of its pods
+    at a time, and never blocks for good (a one-replica revision's pod may go: a
+    ``minAvailable`` of its size would hold a drain forever). servectl's own scale-downs
+    change the Deployment, which no PDB holds."""
+    name = ms["metadata"]["name"]
+    return _stamp(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(ms, revision, labels(name, revision, version)),
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": {LABEL_SERVICE: name, LABEL_REVISION: revision}},
             },
         }
     )

@@ -160,7 +160,7 @@ class LocalClient:
         none is given, which is then written into the spec), the CEL policy compiles and
         works on a plain cycle, and on an update whose version changed, a rollout to it is
         queued."""
-        from servectl.api import validation
+        from servectl.api import models, validation
         from servectl.controller.spec import PolicySpecError, policy_for
         from servectl.rollout.machine import Op
 
@@ -202,6 +202,12 @@ class LocalClient:
         generation = self.store.put_spec(meta.namespace, meta.name, doc)
         if rollout_to is not None:
             self.store.enqueue_command(meta.namespace, meta.name, str(Op.START), rollout_to)
+        notes: tuple[str, ...] = ()
+        if spec.runtime.pod != models.PodOptions():
+            notes = (
+                "spec.runtime.pod is for Kubernetes (pods): the local runtime runs each replica "
+                "as a process and ignores it",
+            )
         return Deployed(
             meta.namespace,
             meta.name,
@@ -209,6 +215,7 @@ class LocalClient:
             existing is None,
             rollout_to,
             queued=rollout_to is not None,
+            notes=notes,
         )
 
     def deploy_resources(

@@ -20,6 +20,7 @@ from servectl.backends.kubernetes.kube import (
     GRPCROUTES,
     HTTPROUTES,
     MODELSERVICES,
+    PDBS,
     PODS,
     SERVICES,
     Kube,
@@ -35,7 +36,7 @@ from servectl.testing.k8s import ControlPlane, wait_for
 METRICS = MetricsConfig(rateWindow="10s", timeoutSeconds=5, staleAfterSeconds=30)
 HEALTHY = {"cpu_cores": 0.4, "rps": 20.0, "latency_ms": 20.0}
 
-OWNED = (DEPLOYMENTS, SERVICES, CONFIGMAPS, HTTPROUTES, GRPCROUTES)
+OWNED = (DEPLOYMENTS, SERVICES, CONFIGMAPS, PDBS, HTTPROUTES, GRPCROUTES)
 
 
 def ms_doc(name: str, namespace: str, version: int = 1, **spec: Any) -> dict[str, Any]:

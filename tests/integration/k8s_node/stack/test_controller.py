@@ -32,10 +32,39 @@ def _cleanup(node: Node) -> Iterator[None]:
     node.cluster.request("DELETE", path)
 
 
+POD_OPTIONS: dict[str, Any] = {
+    "serviceAccountName": "model-reader",
+    "env": [{"name": "MODEL_TEAM", "value": "ranking"}],
+    "volumes": [{"name": "extras", "configMap": {"name": "model-extras"}}],
+    "volumeMounts": [{"name": "extras", "mountPath": "/etc/extras", "readOnly": True}],
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "serving"}],
+    "labels": {"team": "ranking"},
+    "annotations": {"cost-center": "42"},
+}
+"""spec.runtime.pod as a platform team sets it (issue 27 item 5): the real kubelet must
+run the pod with them (its ServiceAccount, a ConfigMap volume, the node selector)."""
+
+
 def test_a_model_service_serves_through_the_gateway(
     node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images
 ) -> None:
-    spec = {
+    node.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "model-reader", "namespace": NS},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "model-extras", "namespace": NS},
+                "data": {"note": "mounted by the model server"},
+            },
+        ]
+    )
+    spec: Any = {
         "apiVersion": "servectl.io/v1alpha1",
         "kind": "ModelService",
         "metadata": {"name": SERVICE, "namespace": NS},
@@ -44,6 +73,7 @@ def test_a_model_service_serves_through_the_gateway(
             "runtime": {
                 "image": servectl_on_node.model_server_ref,
                 "resources": {"cpu": "250m", "memory": "1Gi"},
+                "pod": POD_OPTIONS,
             },
             "autoscaling": {"minReplicas": 1, "maxReplicas": 2},
         },
@@ -57,6 +87,7 @@ def test_a_model_service_serves_through_the_gateway(
         240,
     )
     print(f"ModelService applied -> model server Ready in {time.monotonic() - began:.0f} s")
+    _runs_as_shaped(node)
     route = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{SERVICE}"
 
     def accepted() -> bool:
@@ -98,6 +129,35 @@ def test_a_model_service_serves_through_the_gateway(
         until(lambda: conditions(get(node, path)).get("Ready") == "True", "Ready", 30)
     except AssertionError:
         raise AssertionError((get(node, path).get("status") or {}).get("conditions")) from None
+
+
+def _runs_as_shaped(node: Node) -> None:
+    """The ready pod runs with the options, as restricted as servectl makes it (the
+    namespace enforces restricted), and its revision's PodDisruptionBudget counts it."""
+    selector = f"servectl.io/revision={SERVICE}-v1"
+    pods = get(node, f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    assert running, [p["status"].get("phase") for p in pods]
+    pod = running[0]
+    assert pod["spec"]["serviceAccountName"] == "model-reader"
+    assert pod["spec"]["nodeSelector"] == POD_OPTIONS["nodeSelector"]
+    assert pod["metadata"]["labels"]["team"] == "ranking"
+    assert pod["metadata"]["annotations"]["cost-center"] == "42"
+    (server,) = pod["spec"]["containers"]
+    assert {"name": "MODEL_TEAM", "value": "ranking"} in server["env"]
+    assert any(m["mountPath"] == "/etc/extras" for m in server["volumeMounts"])
+    assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+    assert server["securityContext"]["readOnlyRootFilesystem"] is True
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["ready"] is True, status
+    budget = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/{SERVICE}-v1"
+    # The cluster's disruption controller (kube-controller-manager) counts the pods it covers.
+    until(
+        lambda: (get(node, budget).get("status") or {}).get("expectedPods", 0) >= 1,
+        "the revision's PodDisruptionBudget counting its pod",
+        60,
+    )
+    assert get(node, budget)["spec"]["maxUnavailable"] == 1
 
 
 def test_the_controller_runs_in_the_cluster(node: Node, servectl_on_node: stack.Images) -> None:
