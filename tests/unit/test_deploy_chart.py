@@ -278,6 +278,7 @@ def test_defaults_render_the_controller_cluster_wide(rendered: dict[str, Any]) -
             ("Deployment", NAMESPACE, CONTROLLER),
             ("Service", NAMESPACE, CONTROLLER),
             ("PodDisruptionBudget", NAMESPACE, CONTROLLER),
+            ("NetworkPolicy", NAMESPACE, CONTROLLER),
             ("ValidatingAdmissionPolicy", "", f"{CONTROLLER}-{NAMESPACE}"),
             ("ValidatingAdmissionPolicyBinding", "", f"{CONTROLLER}-{NAMESPACE}"),
         ]

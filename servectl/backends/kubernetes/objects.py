@@ -82,6 +82,25 @@ RUN_AS = 65532
 kubelet can verify a numeric uid whatever the image's USER says)."""
 TMP_SIZE = "256Mi"
 """The writable /tmp of a model pod (its root filesystem is read-only)."""
+LOGS_MIB = 256
+"""Room for a container's logs in its ephemeral-storage limit (the kubelet rotates them at
+10Mi by default, keeping 5)."""
+
+
+def storage(spec: models.ModelServiceSpec, fetched: bool) -> tuple[str, str]:
+    """A model pod's ephemeral-storage (request, limit), both on its model server: the
+    kubelet counts every emptyDir, the logs and the writable layers against the sum of the
+    containers' limits (an init container's is taken alone, not added), so the fetched
+    model's emptyDir is in it. Requested: the model and a little; limit: the model, /tmp
+    and the logs."""
+    mib = 2**20
+    model = (
+        -(-int(models.parse_quantity(spec.runtime.pod.model_volume_size)) // mib) if fetched else 0
+    )
+    tmp = int(models.parse_quantity(TMP_SIZE)) // mib
+    return f"{model + 64}Mi", f"{model + tmp + LOGS_MIB}Mi"
+
+
 POD_SECURITY: Doc = {
     "runAsNonRoot": True,
     "runAsUser": RUN_AS,
@@ -242,7 +261,9 @@ def revision_config(
     )
 
 
-def _fetch_container(spec: models.ModelServiceSpec, version: int, source: ModelSource) -> Doc:
+def _fetch_container(
+    spec: models.ModelServiceSpec, version: int, source: ModelSource, disk_limit: str
+) -> Doc:
     target = f"{MODELS_DIR}/{spec.model.name}/{version}"
     url = f"{source.scheme}://{source.location}/{version}"
     if source.scheme == "s3":
@@ -260,7 +281,11 @@ def _fetch_container(spec: models.ModelServiceSpec, version: int, source: ModelS
         ],
         # The CLIs keep their credentials' cache and config under $HOME: the uid has none.
         "env": [{"name": "HOME", "value": "/tmp"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        # No CPU limit (none anywhere: a limit throttles, a request is what scaling reads).
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "64Mi"},
+            "limits": {"memory": "256Mi", "ephemeral-storage": disk_limit},
+        },
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
 
@@ -277,8 +302,14 @@ def deployment(
     name = ms["metadata"]["name"]
     source = model_source(spec.model.base_path)
     resources = spec.runtime.resources
-    requests: dict[str, str] = {"cpu": str(resources.cpu), "memory": str(resources.memory)}
-    limits: dict[str, str] = {"memory": str(resources.memory)}
+    fetched = source.scheme in ("s3", "gs")
+    disk, disk_limit = storage(spec, fetched)
+    requests: dict[str, str] = {
+        "cpu": str(resources.cpu),
+        "memory": str(resources.memory),
+        "ephemeral-storage": disk,
+    }
+    limits: dict[str, str] = {"memory": str(resources.memory), "ephemeral-storage": disk_limit}
     if resources.gpu:
         requests["nvidia.com/gpu"] = str(resources.gpu)
         limits["nvidia.com/gpu"] = str(resources.gpu)
@@ -301,11 +332,11 @@ def deployment(
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
     ]
     init: list[Doc] = []
-    if source.scheme in ("s3", "gs"):
+    if fetched:
         size = str(spec.runtime.pod.model_volume_size)
         volumes.append({"name": "models", "emptyDir": {"sizeLimit": size}})
         mounts.append({"name": "models", "mountPath": MODELS_DIR, "readOnly": True})
-        init.append(_fetch_container(spec, version, source))
+        init.append(_fetch_container(spec, version, source, disk_limit))
     elif source.scheme == "pvc":
         volumes.append(
             {
