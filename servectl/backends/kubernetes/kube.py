@@ -375,6 +375,7 @@ _BY_KIND = {
         LEASES,
         HTTPROUTES,
         GRPCROUTES,
+        PDBS,
     )
 }
 
