@@ -95,7 +95,7 @@ class PodOptions(SpecModel):
     )
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
     model_volume_size: Quantity = Field(
-        default="10Gi",
+        default="4Gi",
         description="The size limit of the emptyDir an s3:// or gs:// model is fetched into "
         "(the kubelet evicts a pod whose model outgrows it).",
     )

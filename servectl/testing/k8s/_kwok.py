@@ -26,7 +26,13 @@ DEFAULT_READY_DELAY = "500ms"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """kwok manages the nodes that carry it with the value ``fake``."""
 NODE_LABELS = {"type": "kwok"}
-NODE_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+NODE_RESOURCES = {
+    "cpu": "32",
+    "memory": "256Gi",
+    "ephemeral-storage": "1Ti",  # model pods ask for disk (their emptyDirs and logs)
+    "pods": "110",
+    "nvidia.com/gpu": "8",
+}
 
 
 _NODE_STATUS = """\

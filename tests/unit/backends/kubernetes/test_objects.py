@@ -53,17 +53,17 @@ def test_deployment_runs_tf_serving_with_that_version_only() -> None:
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    # ephemeral-storage: the fetched model's emptyDir (10Gi) and 64Mi asked for; its
+    # ephemeral-storage: the fetched model's emptyDir (4Gi) and 64Mi asked for; its
     # limit adds /tmp (256Mi) and the logs (256Mi).
     assert c["resources"]["requests"] == {
         "cpu": "2",
         "memory": "4Gi",
         "nvidia.com/gpu": "1",
-        "ephemeral-storage": f"{10 * 1024 + 64}Mi",
+        "ephemeral-storage": f"{4 * 1024 + 64}Mi",
     }
-    assert c["resources"]["limits"]["ephemeral-storage"] == f"{10 * 1024 + 512}Mi"
+    assert c["resources"]["limits"]["ephemeral-storage"] == f"{4 * 1024 + 512}Mi"
     fetch = pod["initContainers"][0]["resources"]["limits"]
-    assert fetch == {"memory": "256Mi", "ephemeral-storage": f"{10 * 1024 + 512}Mi"}
+    assert fetch == {"memory": "256Mi", "ephemeral-storage": f"{4 * 1024 + 512}Mi"}
     assert "--enable_batching" in c["args"]
     assert c["lifecycle"]["preStop"]["sleep"]["seconds"] == 20
     assert pod["terminationGracePeriodSeconds"] == 20 + obj.GRACE_EXTRA_S

@@ -32,7 +32,7 @@ def test_no_options_leave_the_pod_as_servectl_makes_it() -> None:
         assert key not in pod
     assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "models"]
     models_volume = next(v for v in pod["volumes"] if v["name"] == "models")
-    assert models_volume["emptyDir"] == {"sizeLimit": "10Gi"}  # the default limit
+    assert models_volume["emptyDir"] == {"sizeLimit": "4Gi"}  # the default limit
     # A claim's model is not on the node's disk: only /tmp and the logs count.
     claimed = template(spec("pvc://models/resnet"))["spec"]["containers"][0]["resources"]
     assert claimed["requests"]["ephemeral-storage"] == "64Mi"
