@@ -106,8 +106,8 @@ class RuntimeSpec(SpecModel):
         "(TF Serving opens them only after loading) before it is restarted: on Kubernetes, "
         "the startup probe's budget; liveness checks begin after it passes.",
     )
-    pod: PodOptions = Field(
-        default_factory=PodOptions,
+    pod: PodOptions | None = Field(
+        default=None,
         description="Kubernetes: the model pods' service account, env, volumes, scheduling "
         "and labels (spec.runtime.pod); the local runtime has no pods and ignores it.",
     )

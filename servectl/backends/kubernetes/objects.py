@@ -82,6 +82,13 @@ RUN_AS = 65532
 kubelet can verify a numeric uid whatever the image's USER says)."""
 TMP_SIZE = "256Mi"
 """The writable /tmp of a model pod (its root filesystem is read-only)."""
+
+
+def pod_of(spec: models.ModelServiceSpec) -> models.PodOptions:
+    """``spec.runtime.pod``, its defaults where it is not set."""
+    return spec.runtime.pod or models.PodOptions()
+
+
 LOGS_MIB = 256
 """Room for a container's logs in its ephemeral-storage limit (the kubelet rotates them at
 10Mi by default, keeping 5)."""
@@ -94,9 +101,7 @@ def storage(spec: models.ModelServiceSpec, fetched: bool) -> tuple[str, str]:
     model's emptyDir is in it. Requested: the model and a little; limit: the model, /tmp
     and the logs."""
     mib = 2**20
-    model = (
-        -(-int(models.parse_quantity(spec.runtime.pod.model_volume_size)) // mib) if fetched else 0
-    )
+    model = -(-int(models.parse_quantity(pod_of(spec).model_volume_size)) // mib) if fetched else 0
     tmp = int(models.parse_quantity(TMP_SIZE)) // mib
     return f"{model + 64}Mi", f"{model + tmp + LOGS_MIB}Mi"
 
@@ -333,7 +338,7 @@ def deployment(
     ]
     init: list[Doc] = []
     if fetched:
-        size = str(spec.runtime.pod.model_volume_size)
+        size = str(pod_of(spec).model_volume_size)
         volumes.append({"name": "models", "emptyDir": {"sizeLimit": size}})
         mounts.append({"name": "models", "mountPath": MODELS_DIR, "readOnly": True})
         init.append(_fetch_container(spec, version, source, disk_limit))
@@ -424,7 +429,7 @@ def deployment(
             },
         },
     }
-    pod_options.shape(doc["spec"]["template"], spec.runtime.pod)
+    pod_options.shape(doc["spec"]["template"], pod_of(spec))
     # The replica count and weight move every few cycles; the hash covers the rest, so a
     # changed count is a small apply and a changed template a full one.
     stamped = {**doc, "spec": {**doc["spec"], "replicas": 0}}

@@ -160,7 +160,7 @@ class LocalClient:
         none is given, which is then written into the spec), the CEL policy compiles and
         works on a plain cycle, and on an update whose version changed, a rollout to it is
         queued."""
-        from servectl.api import models, validation
+        from servectl.api import validation
         from servectl.controller.spec import PolicySpecError, policy_for
         from servectl.rollout.machine import Op
 
@@ -203,7 +203,7 @@ class LocalClient:
         if rollout_to is not None:
             self.store.enqueue_command(meta.namespace, meta.name, str(Op.START), rollout_to)
         notes: tuple[str, ...] = ()
-        if spec.runtime.pod != models.PodOptions():
+        if spec.runtime.pod is not None:
             notes = (
                 "spec.runtime.pod is for Kubernetes (pods): the local runtime runs each replica "
                 "as a process and ignores it",
