@@ -261,7 +261,11 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
 def test_another_writer_is_neither_lost_nor_allowed_to_take_servectls_fields(
     harness: Harness,
 ) -> None:
-    harness.controller(resync_s=1.0)
+    # No fast resync: the watch brings the changed count and the next cycle (0.3 s) puts it
+    # back, costs first. A resync every second raced it: re-applying from a cache the watch
+    # had not updated yet restored the count without knowing it shrank, so no pod got a
+    # cost (1 run in 5 here, and a CI run, 2026-12-05).
+    harness.controller()
     harness.create(ms_doc("cw", harness.namespace))
     eventually(lambda: harness.ready_pods("cw-v1") == 2 or None, "ready")
     other = Kube(harness.kube.api, field_manager="someone-else")
@@ -286,6 +290,25 @@ def test_another_writer_is_neither_lost_nor_allowed_to_take_servectls_fields(
     ]
     costs = [p["metadata"].get("annotations", {}).get(obj.DELETION_COST) for p in pods]
     assert any(c is not None for c in costs), costs
+
+
+def test_a_resync_reverts_a_hand_edit_the_watch_alone_would_not(harness: Harness) -> None:
+    """A hand edit of a field servectl owns leaves servectl's own stamp on the object, so a
+    cycle finds nothing to do; the periodic resync re-applies everything and puts it back."""
+    harness.controller(resync_s=1.0)
+    harness.create(ms_doc("rs", harness.namespace))
+    eventually(lambda: harness.ready_pods("rs-v1") == 2 or None, "ready")
+    grace = harness.deployments()["rs-v1"]["spec"]["template"]["spec"]
+    ours = grace["terminationGracePeriodSeconds"]
+    other = Kube(harness.kube.api, field_manager="someone-else")
+    edit = {"spec": {"template": {"spec": {"terminationGracePeriodSeconds": ours + 999}}}}
+    other.merge_patch(DEPLOYMENTS, harness.namespace, "rs-v1", edit)
+
+    def reverted() -> bool | None:
+        pod = harness.deployments()["rs-v1"]["spec"]["template"]["spec"]
+        return pod["terminationGracePeriodSeconds"] == ours or None
+
+    eventually(reverted, "the resync puts servectl's grace period back", timeout_s=20)
 
 
 def test_deleting_the_modelservice_leaves_nothing_behind(harness: Harness) -> None:
