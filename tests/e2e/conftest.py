@@ -69,6 +69,7 @@ class LocalRuntime:
 
     def start(self, timeout_s: float = 60.0) -> None:
         started = time.time()
+        self._front_ports_of_this_worker()
         log = (self.state_dir / "controller.log").open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "servectl", "controller", "--state-dir", str(self.state_dir)],
@@ -87,6 +88,17 @@ class LocalRuntime:
             timeout_s,
             "the controller's first tick",
         )
+
+    def _front_ports_of_this_worker(self) -> None:
+        """Under pytest-xdist each worker's runtimes take their services' front ports from
+        a range of their own (``servectl up --rest-port``'s setting): two runtimes started
+        at once would otherwise both find 8501 free. ``servectl demo`` keeps 8501 up."""
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        if worker.startswith("gw") and worker[2:].isdigit():
+            from servectl.backends.local import front_ports
+
+            first = 10501 + 2000 * int(worker[2:])
+            front_ports.set_first_rest(self.client.store, first)
 
     def kill_controller(self) -> None:
         assert self.process is not None
