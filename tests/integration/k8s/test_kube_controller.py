@@ -514,7 +514,7 @@ def test_grpc_sharing_the_rest_listener_and_hosts_gets_no_route_and_an_event(
 
 def test_the_gateways_verdict_on_the_routes_becomes_routes_accepted(harness: Harness) -> None:
     """No Gateway implementation runs beside kwok: the test writes the routes' status as
-    one does (the real node's Traefik is in tests/integration/k8s_node/test_controller.py)."""
+    one does (the real node's Traefik is in tests/integration/k8s_node/stack/test_controller.py)."""
     harness.controller()
     harness.create(ms_doc("rt", harness.namespace))
 

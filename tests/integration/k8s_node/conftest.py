@@ -2,16 +2,12 @@
 plane and a kubelet that runs pods through containerd on a bridge of this machine
 (servectl.testing.k8s.node).
 
-- ``node`` (module): a started `Node` with servectl's CRDs and the Gateway API's, stopped
-  (and the host put back) at the module's end;
-  ~5-7 s to start on 2 cores, so each module gets its own.
-- ``core``: a ``CoreV1Api`` on it.
-- ``traefik`` (module): Traefik and the Gateway traefik/servectl.
-
 ``stack/`` shares one node for all its modules (package scope), with Traefik, Prometheus
 and kube-state-metrics (servectl.testing.k8s.monitoring), and servectl installed by its
 Helm chart: `started_node`, `install_traefik`, `started_monitoring` and
-`install_servectl` are the steps.
+`install_servectl` are the steps. The tests of the node itself, of Traefik and of
+servectl share it (a node of its own per module cost ~25 s of start and stop each);
+test_node_host.py starts and crashes nodes of its own, one at a time, after it.
 
 A machine that cannot run a node (not root, no containerd, runc or CNI plugins, no kubelet
 built): skipped, or failed when ``SERVECTL_REQUIRE_NODE=1`` (CI).
@@ -29,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 
 from servectl import processes
@@ -172,26 +167,6 @@ def install_servectl(
     )
     print(f"helm install --wait took {time.monotonic() - began:.0f} s")
     return built
-
-
-@pytest.fixture(scope="module")
-def node(node_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    with started_node(node_bin_dir, tmp_path_factory) as started:
-        yield started
-
-
-@pytest.fixture
-def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
-    client = node.cluster.api_client()
-    try:
-        yield kubernetes.client.CoreV1Api(client)
-    finally:
-        client.close()
-
-
-@pytest.fixture(scope="module")
-def traefik(node: Node, tmp_path_factory: pytest.TempPathFactory) -> gateway.Ports:
-    return install_traefik(node, tmp_path_factory)
 
 
 def get(node: Node, path: str) -> dict[str, Any]:

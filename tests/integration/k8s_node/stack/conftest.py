@@ -9,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 
 from servectl.testing.k8s import gateway, stack
@@ -72,6 +73,15 @@ def servectl_on_node(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> stack.Images:
     return install_servectl(node, monitoring, tmp_path_factory, servectl_images)
+
+
+@pytest.fixture
+def core(node: Node) -> Iterator[kubernetes.client.CoreV1Api]:
+    client = node.cluster.api_client()
+    try:
+        yield kubernetes.client.CoreV1Api(client)
+    finally:
+        client.close()
 
 
 @pytest.fixture

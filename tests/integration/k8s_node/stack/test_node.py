@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,17 @@ HTTPD = "servectl.test/httpd:1"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def httpd_image(node: Node, tmp_path_factory: pytest.TempPathFactory) -> None:
+def httpd_image(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The test image imported; at the end, what the tests made deleted (the node goes on
+    serving the package's other tests)."""
     tarball = tmp_path_factory.mktemp("images") / "httpd.tar"
     images.httpd_test_image(tarball, HTTPD)
     node.load_image(tarball)
+    yield
+    for name in ("web-0", "web-1", "server", "client"):
+        node.cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    for name in ("web", "echo"):
+        node.cluster.request("DELETE", f"/api/v1/namespaces/default/services/{name}")
 
 
 def pod(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from tests.integration.k8s_node.conftest import until
 
 HTTPD = "servectl.test/httpd:1"
 NS = "shop"
+HOST = "shop.test"
+"""The route's hostname: on the package's Gateway, servectl's routes are the other ones."""
 
 
 def backend(name: str) -> list[dict[str, Any]]:
@@ -78,6 +80,7 @@ def route(weights: dict[str, int], header_to: str | None = None) -> dict[str, An
         "metadata": {"name": "shop", "namespace": NS},
         "spec": {
             "parentRefs": [{"name": gateway.GATEWAY, "namespace": gateway.NAMESPACE}],
+            "hostnames": [HOST],
             "rules": rules,
         },
     }
@@ -86,7 +89,8 @@ def route(weights: dict[str, int], header_to: str | None = None) -> dict[str, An
 def ask(port: int, count: int, headers: dict[str, str] | None = None) -> collections.Counter[str]:
     seen: collections.Counter[str] = collections.Counter()
     for _ in range(count):
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers=headers or {})
+        sent = {"Host": HOST, **(headers or {})}
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers=sent)
         try:
             with urllib.request.urlopen(request, timeout=5) as answer:
                 seen[answer.read().decode().strip()] += 1
@@ -106,6 +110,13 @@ def route_conditions(node: Node) -> dict[str, str]:
 def test_the_gateway_splits_by_weight_and_routes_a_header_to_one_backend(
     node: Node, traefik: gateway.Ports, tmp_path: Path
 ) -> None:
+    try:
+        _splits(node, traefik, tmp_path)
+    finally:  # the node goes on serving the package's other tests
+        node.cluster.request("DELETE", f"/api/v1/namespaces/{NS}")
+
+
+def _splits(node: Node, traefik: gateway.Ports, tmp_path: Path) -> None:
     images.httpd_test_image(tmp_path / "httpd.tar", HTTPD)
     node.load_image(tmp_path / "httpd.tar")
     node.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
