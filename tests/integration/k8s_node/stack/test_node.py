@@ -29,7 +29,7 @@ def httpd_image(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     images.httpd_test_image(tarball, HTTPD)
     node.load_image(tarball)
     yield
-    for name in ("web-0", "web-1", "server", "client"):
+    for name in ("web-0", "web-1", "server", "client", "parked"):
         node.cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
     for name in ("web", "echo"):
         node.cluster.request("DELETE", f"/api/v1/namespaces/default/services/{name}")
@@ -160,3 +160,69 @@ def node_bridge() -> str:
     from servectl.testing.k8s.node import BRIDGE
 
     return BRIDGE
+
+
+def test_a_running_pods_cpu_is_resized_in_place_without_a_restart(
+    node: Node, core: kubernetes.client.CoreV1Api
+) -> None:
+    """The ``resize`` subresource (in-place pod resize, beta and on since 1.33) on this
+    node's cgroup v1 and containerd 1.6: a running container's CPU limit goes from 500m
+    to 20m and back, its CFS quota follows, and it is never restarted. What warm standby
+    replicas park on (issue 28); measured ~2 s each way here."""
+    from servectl.testing.k8s.node import CGROUP
+
+    cpu = {
+        "requests": {"cpu": "500m", "memory": "64Mi"},
+        "limits": {"cpu": "500m", "memory": "64Mi"},
+    }
+    resize_policy = [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]
+    core.create_namespaced_pod(
+        "default",
+        pod(
+            "parked", {"app": "parked"}, container={"resources": cpu, "resizePolicy": resize_policy}
+        ),
+    )
+    until(lambda: ready(core, "parked"), "the pod Ready")
+    status = core.read_namespaced_pod("parked", "default")
+    assert status.status.qos_class == "Guaranteed"
+    container = status.status.container_statuses[0].container_id.split("://")[-1]
+    quota = Path(
+        f"/sys/fs/cgroup/cpu{CGROUP}/kubepods/pod{status.metadata.uid}/{container}/cpu.cfs_quota_us"
+    )
+    assert int(quota.read_text()) == 50_000  # 500m of a 100 ms period
+
+    def resize(millicores: int) -> float:
+        value = f"{millicores}m"
+        body = {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "resources": {"requests": {"cpu": value}, "limits": {"cpu": value}},
+                    }
+                ]
+            }
+        }
+        began = time.monotonic()
+        status, answer = node.cluster.request(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/parked/resize",
+            body,
+            content_type="application/strategic-merge-patch+json",
+        )
+        assert status == 200, answer
+
+        def applied() -> bool:
+            found = core.read_namespaced_pod("parked", "default").status.container_statuses[0]
+            limits = (found.resources.limits or {}) if found.resources else {}
+            return limits.get("cpu") == value and int(quota.read_text()) == millicores * 100
+
+        until(applied, f"the CPU limit at {value} in the status and the cgroup", 30)
+        return time.monotonic() - began
+
+    down, up = resize(20), resize(500)
+    print(f"\nin-place resize 500m -> 20m in {down:.1f} s, back in {up:.1f} s")
+    assert (
+        core.read_namespaced_pod("parked", "default").status.container_statuses[0].restart_count
+        == 0
+    )
