@@ -22,6 +22,7 @@ from servectl.testing.k8s.node import Node
 from tests.integration.k8s_node.conftest import NS, conditions, get, pod_logs, predict, until
 
 SERVICE = "cost"
+PART_OF = "app.kubernetes.io/part-of=servectl"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -168,6 +169,79 @@ def test_the_controller_runs_in_the_cluster(node: Node, servectl_on_node: stack.
         assert container["image"] == servectl_on_node.controller_ref
         assert pod["status"]["phase"] == "Running", pod["status"]
     assert Path(stack.CHART, "Chart.yaml").exists()
+
+
+def test_the_controllers_own_token_writes_servectls_objects_and_nothing_else(
+    node: Node, traefik: gateway.Ports, servectl_on_node: stack.Images
+) -> None:
+    """Issue 27, item 3, on the real node: with a token of the controller's ServiceAccount
+    (the chart's), the chart's admission policy refuses a new image for servectl's own
+    model pod and any write to another's objects (Traefik's Service and Deployment), and
+    lets through the one change servectl makes to pods: their deletion cost."""
+    ns = stack.CONTROLLER_NAMESPACE
+    accounts = get(node, f"/api/v1/namespaces/{ns}/serviceaccounts?labelSelector={PART_OF}")
+    (account,) = [a["metadata"]["name"] for a in accounts["items"]]
+    status, issued = node.cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    assert status == 201, issued
+    token = issued["status"]["token"]
+    selector = f"servectl.io/service={SERVICE}"
+    (pod, *_) = get(node, f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")["items"]
+    own_pod = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+    container = pod["spec"]["containers"][0]["name"]
+    image = {"spec": {"containers": [{"name": container, "image": "attacker.example/x:1"}]}}
+    cost = {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "3"}}}
+    foreign = f"/api/v1/namespaces/{gateway.NAMESPACE}/services"
+    (service, *_) = get(node, foreign)["items"]
+    traefik_service = f"{foreign}/{service['metadata']['name']}"
+    merge = "application/merge-patch+json"
+
+    said = as_token(node, token, "PATCH", own_pod, image, merge)
+    assert said[0] == 403 and "pod-deletion-cost" in str(said[1]), said
+    assert as_token(node, token, "PATCH", own_pod, cost, merge)[0] == 200
+    said = as_token(node, token, "DELETE", traefik_service)
+    assert said[0] == 403, said
+    adopt = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "servectl"}}}
+    said = as_token(node, token, "PATCH", traefik_service, adopt, merge)
+    assert said[0] == 403 and "managed-by" in str(said[1]), said
+    assert get(node, traefik_service)["metadata"]["uid"] == service["metadata"]["uid"]
+    assert (
+        get(node, own_pod)["spec"]["containers"][0]["image"]
+        == pod["spec"]["containers"][0]["image"]
+    )
+
+
+def as_token(
+    node: Node,
+    token: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
+    """One request to the node's apiserver as the holder of ``token``."""
+    import http.client
+    import ssl
+    import urllib.parse
+
+    server = urllib.parse.urlsplit(node.cluster.server)
+    context = ssl.create_default_context(cafile=str(node.cluster.ca_cert))
+    connection = http.client.HTTPSConnection(server.hostname or "", server.port, context=context)
+    try:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
+        data = None if body is None else json.dumps(body).encode()
+        connection.request(method, path, body=data, headers=headers)
+        response = connection.getresponse()
+        text = response.read().decode(errors="replace")
+    finally:
+        connection.close()
+    try:
+        return response.status, json.loads(text)
+    except json.JSONDecodeError:
+        return response.status, text
 
 
 def test_the_controller_reads_real_metrics(
