@@ -176,7 +176,8 @@ def test_the_controllers_own_token_writes_servectls_objects_and_nothing_else(
 ) -> None:
     """Issue 27, item 3, on the real node: with a token of the controller's ServiceAccount
     (the chart's), the chart's admission policy refuses a new image for servectl's own
-    model pod and any write to another's objects (Traefik's Service and Deployment), and
+    model pod and any write to others' objects (another team's Service beside servectl's,
+    Traefik's Deployment), and
     lets through the one change servectl makes to pods: their deletion cost."""
     ns = stack.CONTROLLER_NAMESPACE
     accounts = get(node, f"/api/v1/namespaces/{ns}/serviceaccounts?labelSelector={PART_OF}")
@@ -194,24 +195,36 @@ def test_the_controllers_own_token_writes_servectls_objects_and_nothing_else(
     container = pod["spec"]["containers"][0]["name"]
     image = {"spec": {"containers": [{"name": container, "image": "attacker.example/x:1"}]}}
     cost = {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "3"}}}
-    foreign = f"/api/v1/namespaces/{gateway.NAMESPACE}/services"
-    (service, *_) = get(node, foreign)["items"]
-    traefik_service = f"{foreign}/{service['metadata']['name']}"
-    merge = "application/merge-patch+json"
-
-    said = as_token(node, token, "PATCH", own_pod, image, merge)
-    assert said[0] == 403 and "pod-deletion-cost" in str(said[1]), said
-    assert as_token(node, token, "PATCH", own_pod, cost, merge)[0] == 200
-    said = as_token(node, token, "DELETE", traefik_service)
-    assert said[0] == 403, said
-    adopt = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "servectl"}}}
-    said = as_token(node, token, "PATCH", traefik_service, adopt, merge)
-    assert said[0] == 403 and "managed-by" in str(said[1]), said
-    assert get(node, traefik_service)["metadata"]["uid"] == service["metadata"]["uid"]
-    assert (
-        get(node, own_pod)["spec"]["containers"][0]["image"]
-        == pod["spec"]["containers"][0]["image"]
-    )
+    # Another team's Service beside servectl's, and Traefik's Deployment.
+    other = {"name": "other-team", "namespace": NS, "labels": {"app": "other"}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": other}
+    node.apply([{**service, "spec": {"ports": [{"port": 80}]}}])
+    foreign = f"/api/v1/namespaces/{NS}/services/other-team"
+    uid = get(node, foreign)["metadata"]["uid"]
+    deployments = f"/apis/apps/v1/namespaces/{gateway.NAMESPACE}/deployments"
+    (traefik_deployment, *_) = get(node, deployments)["items"]
+    traefik_path = f"{deployments}/{traefik_deployment['metadata']['name']}"
+    template = traefik_deployment["spec"]["template"]
+    changed = {"name": template["spec"]["containers"][0]["name"], "image": "attacker.example/x:1"}
+    traefik_image = {"spec": {"template": {"spec": {"containers": [changed]}}}}
+    merge, strategic = "application/merge-patch+json", "application/strategic-merge-patch+json"
+    try:
+        said = as_token(node, token, "PATCH", own_pod, image, strategic)
+        assert said[0] == 403 and "pod-deletion-cost" in str(said[1]), said
+        assert as_token(node, token, "PATCH", own_pod, cost, merge)[0] == 200
+        said = as_token(node, token, "DELETE", foreign)
+        assert said[0] == 403 and "managed-by=servectl" in str(said[1]), said
+        adopt = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "servectl"}}}
+        said = as_token(node, token, "PATCH", foreign, adopt, merge)
+        assert said[0] == 403 and "managed-by=servectl" in str(said[1]), said
+        said = as_token(node, token, "PATCH", traefik_path, traefik_image, strategic)
+        assert said[0] == 403, said
+        assert get(node, foreign)["metadata"]["uid"] == uid
+        served = get(node, own_pod)["spec"]["containers"][0]["image"]
+        assert served == pod["spec"]["containers"][0]["image"]
+        assert get(node, traefik_path)["spec"]["template"] == template
+    finally:
+        node.cluster.request("DELETE", foreign)
 
 
 def as_token(
