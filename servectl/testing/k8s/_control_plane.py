@@ -427,14 +427,25 @@ class ControlPlane:
         return client
 
     def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        token: str | None = None,
     ) -> tuple[int, Any]:
-        """One authenticated request to the apiserver: (status, decoded JSON or text)."""
+        """One authenticated request to the apiserver: (status, decoded JSON or text). As
+        the admin (client certificate), or as the holder of ``token`` (a bearer token: a
+        ServiceAccount's, say), with no client certificate."""
         parsed = urllib.parse.urlsplit(self.server)
+        context = self._ssl
+        if token is not None:
+            context = ssl.create_default_context(cafile=str(self._pki.ca_cert))
         connection = http.client.HTTPSConnection(
             parsed.hostname or "127.0.0.1",
             parsed.port,
-            context=self._ssl,
+            context=context,
             timeout=_HTTP_TIMEOUT_S * 5,
         )
         try:
@@ -442,6 +453,8 @@ class ControlPlane:
             if body is not None:
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers = {"Content-Type": content_type, "Accept": "application/json"}
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
             raw = response.read().decode(errors="replace")

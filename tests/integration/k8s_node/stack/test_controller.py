@@ -208,16 +208,20 @@ def test_the_controllers_own_token_writes_servectls_objects_and_nothing_else(
     changed = {"name": template["spec"]["containers"][0]["name"], "image": "attacker.example/x:1"}
     traefik_image = {"spec": {"template": {"spec": {"containers": [changed]}}}}
     merge, strategic = "application/merge-patch+json", "application/strategic-merge-patch+json"
+
+    def as_token(method: str, path: str, body: Any = None, kind: str = merge) -> tuple[int, Any]:
+        return node.cluster.request(method, path, body, content_type=kind, token=token)
+
     try:
-        said = as_token(node, token, "PATCH", own_pod, image, strategic)
+        said = as_token("PATCH", own_pod, image, strategic)
         assert said[0] == 403 and "pod-deletion-cost" in str(said[1]), said
-        assert as_token(node, token, "PATCH", own_pod, cost, merge)[0] == 200
-        said = as_token(node, token, "DELETE", foreign)
+        assert as_token("PATCH", own_pod, cost)[0] == 200
+        said = as_token("DELETE", foreign)
         assert said[0] == 403 and "managed-by=servectl" in str(said[1]), said
         adopt = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "servectl"}}}
-        said = as_token(node, token, "PATCH", foreign, adopt, merge)
+        said = as_token("PATCH", foreign, adopt)
         assert said[0] == 403 and "managed-by=servectl" in str(said[1]), said
-        said = as_token(node, token, "PATCH", traefik_path, traefik_image, strategic)
+        said = as_token("PATCH", traefik_path, traefik_image, strategic)
         assert said[0] == 403, said
         assert get(node, foreign)["metadata"]["uid"] == uid
         served = get(node, own_pod)["spec"]["containers"][0]["image"]
@@ -225,36 +229,6 @@ def test_the_controllers_own_token_writes_servectls_objects_and_nothing_else(
         assert get(node, traefik_path)["spec"]["template"] == template
     finally:
         node.cluster.request("DELETE", foreign)
-
-
-def as_token(
-    node: Node,
-    token: str,
-    method: str,
-    path: str,
-    body: Any = None,
-    content_type: str = "application/json",
-) -> tuple[int, Any]:
-    """One request to the node's apiserver as the holder of ``token``."""
-    import http.client
-    import ssl
-    import urllib.parse
-
-    server = urllib.parse.urlsplit(node.cluster.server)
-    context = ssl.create_default_context(cafile=str(node.cluster.ca_cert))
-    connection = http.client.HTTPSConnection(server.hostname or "", server.port, context=context)
-    try:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers=headers)
-        response = connection.getresponse()
-        text = response.read().decode(errors="replace")
-    finally:
-        connection.close()
-    try:
-        return response.status, json.loads(text)
-    except json.JSONDecodeError:
-        return response.status, text
 
 
 def test_the_controller_reads_real_metrics(
