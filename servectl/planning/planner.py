@@ -471,7 +471,8 @@ def _carry_back(
         notes[name] = (
             PlanReason.WAITING_FOR_CAPACITY,
             f"gave {room} % back to {stable}: {ready.get(name, 0)} ready replicas carry "
-            f"{keep} % at its measured cost",
+            f"{keep} % at its measured cost ({cycle.costs.get(name, 1.0):.2f}x the "
+            f"stable's) of a demand of {cycle.demand}",
         )
     return {n: w for n, w in result.items() if w > 0}
 

@@ -171,6 +171,17 @@ def test_a_canary_split_at_the_gateway_is_within_2_points_of_its_weights(
         summary = load.finish()
     print(f"\nsplit at the Gateway: {shares}; Locust: {summary.total.requests} requests")
     print(f"weights seen in windows measured again: {moved}")
+    if any(moved.values()):  # why the planner moved them (its cost estimate, the demand)
+        listed = get(
+            node, f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={name}"
+        )
+        print(
+            [
+                e.get("message")
+                for e in listed.get("items", [])
+                if "back to" in str(e.get("message"))
+            ]
+        )
     for weight, share in shares.items():
         assert abs(share.get(f"{name}-v2", 0.0) - weight) <= 2.0, (weight, share)
     assert summary.total.failures == 0, summary.failures

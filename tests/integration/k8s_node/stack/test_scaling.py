@@ -76,7 +76,7 @@ def test_a_load_step_scales_out_and_scale_downs_drop_no_request(
     # One load from the start: the base load until the step, then x5. (A second Locust run
     # for the step left a gap with no traffic, and the base load coming back after it read
     # as a surge: the service scaled out before the step.)
-    step_at = 75.0
+    step_at = 60.0  # the rate window (1 m) full of the base load
     trace = [(0, base), (step_at - 1, base), (step_at, high), (3600, high)]
     load = Load(tmp_path / "load", traefik.web, trace, "step")
     began = time.monotonic()
@@ -216,7 +216,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     )
     try:
         held = []
-        for _ in range(40):  # 20 s of x5 load with no signals: the size holds
+        for _ in range(24):  # 12 s of x5 load with no signals (6 ticks): the size holds
             held.append(desired())
             time.sleep(0.5)
         monitoring.prometheus.start()
