@@ -139,6 +139,10 @@ class AutoscalingConfig:
     up_tolerance: float = 0.03
     period_s: float = 2.0
     cold_start_s: float = 30.0
+    # Warm standby replicas kept beside the serving ones (docs/standby.md): the first
+    # ``standby`` replicas of a scale-up serve ``activation_s`` after it, not a cold start.
+    standby: int = 0
+    activation_s: float = 1.0
     stable_window_s: float = 60.0
     panic_window_s: float = 6.0
     panic_threshold: float = 2.0

@@ -695,15 +695,25 @@ class EnginePolicy:
         ):
             return None, None
         since = snap.time if overload_since is None else overload_since
-        until_capacity = max(0.0, since + self.config.cold_start_s - snap.time)
         excess_rps = max(0.0, rate - capacity / service_s)
-        queued = queued_now + excess_rps * until_capacity
-        cores = rate * service_s + queued * service_s / DRAIN_S
         utilization = next(
             (t.target / 100.0 for t in self.config.signals if t.type is config.SignalType.CPU),
             0.7,
         )
-        replicas = cores / (demand.request_cores * utilization)
+
+        def sized(start_s: float) -> tuple[float, float, float, float]:
+            until = max(0.0, since + start_s - snap.time)
+            queued = queued_now + excess_rps * until
+            cores = rate * service_s + queued * service_s / DRAIN_S
+            return until, queued, cores, cores / (demand.request_cores * utilization)
+
+        # Capacity the standby pool covers lands one activation later, the rest one cold
+        # start later (a bigger queue by then: more replicas to drain it).
+        until_capacity, queued, cores, replicas = sized(self.config.cold_start_s)
+        if self.config.standby > 0:
+            fast = sized(min(self.config.activation_s, self.config.cold_start_s))
+            if fast[3] - snap.replicas.current <= self.config.standby:
+                until_capacity, queued, cores, replicas = fast
         detail = (
             f"overloaded: {queued:.0f} requests queued when capacity lands in "
             f"{until_capacity:.0f} s; ({rate:.0f} req/s + drain in {DRAIN_S:.0f} s) x "

@@ -87,6 +87,19 @@ def bench(
             ),
         ),
     ] = Routing.ROUND_ROBIN,
+    standby_opt: Annotated[
+        str | None,
+        typer.Option(
+            "--standby",
+            help=(
+                "Also run servectl with a warm standby pool of each size, comma-separated "
+                "(e.g. 8,16): replicas loaded and parked beside the serving ones, taken "
+                "first by a scale-up and serving one activation (1 s) later. Rows "
+                "'servectl standby=N'; their pool's replica-seconds are shown apart and "
+                "the cost counts them (parked at a tenth; docs/standby.md)."
+            ),
+        ),
+    ] = None,
     output: console.OutputOption = Output.TABLE,
     as_json: console.JsonAlias = False,
     micro: Annotated[
@@ -226,6 +239,7 @@ def bench(
     Examples:
       servectl bench --traces step,spike --policies servectl,kpa
       servectl bench --routing both -o json > bench.jsonl
+      servectl bench --traces step,spike --standby 8,16 --routing least-request
       servectl bench --rollouts --routing least-request
       servectl bench --frontier --routing both     # baselines tuned, plotted
       servectl bench --local                       # the local runtime, measured
@@ -276,6 +290,7 @@ def bench(
         suite.policies(svc, names)
     except ValueError as exc:
         raise fail(f"--policies: {exc}") from exc
+    pools = _standby_sizes(standby_opt)
 
     def progress(trace: str, policy: str, index: int, total: int) -> None:
         if not output.machine:
@@ -283,8 +298,20 @@ def bench(
 
     for choice in routing.choices():
         factories = suite.policies(svc, names, routing=choice)
+        standby: dict[str, int] = {}
+        for size in pools:
+            name = f"servectl standby={size}"
+            pooled = suite.policies(svc, ["servectl"], routing=choice, standby=size)
+            factories[name] = pooled["servectl"]
+            standby[name] = size
         records = sim_bench.run_bench(
-            suite_traces, factories, svc, seed=seed, progress=progress, routing=choice
+            suite_traces,
+            factories,
+            svc,
+            seed=seed,
+            progress=progress,
+            routing=choice,
+            standby=standby,
         )
         header, rows = fmt.bench_rows(records)
         wide_header, wide_rows = fmt.bench_wide_rows(records)
@@ -305,6 +332,26 @@ def bench(
                 summary_rows,
             )
     _routing_note(routing, output)
+
+
+def _standby_sizes(standby_opt: str | None) -> list[int]:
+    """``--standby 8,16``: the pool sizes, each a whole number of replicas, 1 or more."""
+    sizes: list[int] = []
+    for part in (standby_opt or "").split(","):
+        if not part.strip():
+            continue
+        try:
+            size = int(part)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise fail(
+                f"--standby: {part.strip()!r} is not a pool size; "
+                "give whole numbers >= 1, e.g. 8,16"
+            )
+        if size not in sizes:
+            sizes.append(size)
+    return sizes
 
 
 def _suite_traces(traces_opt: str | None, seed: int, which: Suite = Suite.STANDARD) -> list[Any]:

@@ -153,12 +153,30 @@ def _get(record: Any, key: str) -> Any:
     return record[key] if isinstance(record, Mapping) else getattr(record, key)
 
 
+def _cost(record: Any) -> float:
+    """Serving replica-seconds, plus the standby pool's where the record has one."""
+    cost = _get(record, "cost_replica_seconds") if _has(record, "cost_replica_seconds") else None
+    return float(_get(record, "replica_seconds") if cost is None else cost)
+
+
+def _has(record: Any, key: str) -> bool:
+    return key in record if isinstance(record, Mapping) else hasattr(record, key)
+
+
+def _pooled(records: Sequence[Any]) -> bool:
+    return any(_has(r, "standby") and _get(r, "standby") for r in records)
+
+
 def bench_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per record; with a standby pool in any (``--standby``), its replica-seconds
+    and the cost (serving + standby, parked at a tenth) as two more columns."""
+    pooled = _pooled(records)
     header = [
         "trace",
         "policy",
         "SLO met",
         "replica·s",
+        *(["standby·s", "cost"] if pooled else []),
         "scale actions",
         "reversals/10min",
         "recovery",
@@ -170,6 +188,7 @@ def bench_rows(records: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
             _get(r, "policy"),
             pct(_get(r, "slo_attainment")),
             f"{_get(r, 'replica_seconds'):,.0f}",
+            *([f"{_get(r, 'standby_seconds'):,.0f}", f"{_cost(r):,.0f}"] if pooled else []),
             str(_get(r, "scale_actions")),
             f"{_get(r, 'reversals_per_10min'):.2f}",
             seconds(_get(r, "recovery_s")),
@@ -194,7 +213,7 @@ def bench_summary_rows(
     by_trace: dict[str, dict[str, Any]] = {}
     for r in records:
         by_trace.setdefault(_get(r, "trace"), {})[_get(r, "policy")] = r
-    others = sorted({_get(r, "policy") for r in records} - {subject})
+    others = [p for p in dict.fromkeys(_get(r, "policy") for r in records) if p != subject]
     header = ["trace"] + [f"SLO Δ vs {o}" for o in others] + [f"cost vs {o}" for o in others]
     rows = []
     totals: dict[str, float] = {}
@@ -212,14 +231,10 @@ def bench_summary_rows(
             row.append(f"{lead * 100:+.2f} pp")
         for o in others:
             theirs = per_policy.get(o)
-            row.append(
-                "—"
-                if theirs is None
-                else ratio(_get(mine, "replica_seconds") / _get(theirs, "replica_seconds"))
-            )
+            row.append("—" if theirs is None else ratio(_cost(mine) / _cost(theirs)))
         rows.append(row)
         for name, rec in per_policy.items():
-            totals[name] = totals.get(name, 0.0) + _get(rec, "replica_seconds")
+            totals[name] = totals.get(name, 0.0) + _cost(rec)
     if subject in totals:
         total_row = (
             ["suite total"]

@@ -86,6 +86,10 @@ class ServiceModel:
     service_cv: float = 0.5
     threads_per_replica: int = 2
     cold_start_s: float = 30.0
+    # A parked standby replica (loaded, warmed up, not routed) takes this long to serve
+    # once activated: its CPU quota raised and its route added (docs/standby.md); never
+    # longer than a cold start.
+    activation_s: float = 1.0
     timeout_s: float = 10.0
     slo_ms: float = 150.0
     distribution: ServiceDistribution = ServiceDistribution.LOGNORMAL
@@ -99,6 +103,8 @@ class ServiceModel:
             raise ValueError(f"threads_per_replica must be >= 1, got {self.threads_per_replica}")
         if self.cold_start_s < 0:
             raise ValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
+        if self.activation_s < 0:
+            raise ValueError(f"activation_s must be >= 0, got {self.activation_s}")
         if not (self.timeout_s > 0 and self.slo_ms > 0):
             raise ValueError("timeout_s and slo_ms must be > 0")
 
@@ -236,6 +242,13 @@ class Fleet:
     requests in a replica is exact; departures later than the horizon are booked at its
     end (only under overload, when every such request has long timed out anyway).
 
+    A *standby pool* (:meth:`set_standby`, default none) is apart from the columns: replicas
+    started ahead (each loading for a cold start, then parked: not routed, billed apart), so
+    that a scale-up takes parked ones first, each ready ``activation_s`` after it is asked
+    for, then ones still loading (ready when loaded, or at the activation if later), and
+    only then starts cold ones. The pool is refilled at once behind what it gave (new
+    replicas, loading for a cold start). A scale-down never parks: its replicas drain and go.
+
     Routing picks one of the *receiving* replicas (ready, not draining) per request:
 
     * ``ROUND_ROBIN``: request ``i`` overall goes to receiving replica ``(k + i) mod n``;
@@ -264,7 +277,10 @@ class Fleet:
     ) -> None:
         self._threads = service.threads_per_replica
         self._cold_start_s = service.cold_start_s
+        self._activation_s = min(service.activation_s, service.cold_start_s)
         self._routing = routing
+        self.standby_target = 0
+        self.pool: FloatArray = np.empty(0)  # standby replicas' ready times, earliest first
         self._horizon = horizon_s
         self.ids: IntArray = np.empty(0, dtype=np.int64)
         self.created: FloatArray = np.empty(0)
@@ -312,7 +328,27 @@ class Fleet:
     def draining_count(self) -> int:
         return int(np.count_nonzero(self.draining))
 
-    def add(self, count: int, *, created: float, ready_at: float) -> None:
+    @property
+    def standby_count(self) -> int:
+        """Standby replicas, loading or parked."""
+        return int(self.pool.size)
+
+    def parked_count(self, now: float) -> int:
+        """Standby replicas loaded and parked (the rest of the pool is still loading)."""
+        return int(np.count_nonzero(self.pool <= now))
+
+    def set_standby(self, now: float, target: int, *, ready_at: float | None = None) -> None:
+        """Keep ``target`` standby replicas: new ones start now (ready one cold start later,
+        or at ``ready_at``: a world that starts warm); excess ones go, loading ones first."""
+        target = max(0, int(target))
+        self.standby_target = target
+        if target > self.pool.size:
+            when = now + self._cold_start_s if ready_at is None else ready_at
+            self.pool = np.sort(np.concatenate((self.pool, np.full(target - self.pool.size, when))))
+        elif target < self.pool.size:
+            self.pool = self.pool[:target]
+
+    def add(self, count: int, *, created: float, ready_at: float | FloatArray) -> None:
         if count <= 0:
             return
         self.ids = np.concatenate((self.ids, np.arange(self._next_id, self._next_id + count)))
@@ -381,7 +417,14 @@ class Fleet:
         active = np.flatnonzero(~self.draining)
         billed = 0.0
         if desired > active.size:
-            self.add(desired - active.size, created=now, ready_at=now + self._cold_start_s)
+            wanted = desired - active.size
+            taken = self.pool[:wanted]
+            if taken.size:
+                self.pool = self.pool[taken.size :]
+                ready = np.maximum(taken, now + self._activation_s)
+                self.add(taken.size, created=now, ready_at=ready)
+                self.set_standby(now, self.standby_target)  # refilled behind
+            self.add(wanted - taken.size, created=now, ready_at=now + self._cold_start_s)
         elif desired < active.size:
             victims = active[desired:]  # columns are in creation order: the newest go first
             starting = victims[self.ready_at[victims] > now]

@@ -23,6 +23,10 @@ IntArray = npt.NDArray[np.int64]
 
 WARM_AGE_S = 3600.0
 """Initial replicas were created this long before t = 0 (warm, past any init period)."""
+PARKED_COST = 0.1
+"""What a parked standby replica-second costs, as a share of a serving one: its CPU quota
+is 20m of a 500m replica (4 %) and its memory stays (the model loaded); 10 % counts both.
+A standby replica still loading costs a whole one (it burns CPU loading the model)."""
 INITIAL_UTILIZATION = 0.7
 RECOVERY_HOLD_S = 30
 """Recovery ends when the per-second p99 has stayed under the SLO this long."""
@@ -68,10 +72,18 @@ class SimResult:
     change_at_s: int | None = None
     min_replicas: int = 1
     max_replicas: int = 100
+    standby_seconds: float = 0.0  # standby replicas (loading + parked), apart from the above
+    parked_seconds: float = 0.0  # of those, parked
 
     @property
     def duration_s(self) -> int:
         return int(self.t.size)
+
+    @property
+    def cost_replica_seconds(self) -> float:
+        """Serving replica-seconds plus standby: loading ones whole, parked ones at
+        :data:`PARKED_COST`."""
+        return standby_cost(self.replica_seconds, self.standby_seconds, self.parked_seconds)
 
     @property
     def slo_attainment(self) -> float:
@@ -166,3 +178,10 @@ def recovery_s(p99_ms: FloatArray, slo_ms: float, change_at: int) -> float:
     bad_in_window = np.convolve(bad, np.ones(RECOVERY_HOLD_S, dtype=np.int64), mode="valid")
     clean = np.flatnonzero(bad_in_window == 0)
     return float(clean[0]) if clean.size else math.inf
+
+
+def standby_cost(replica_seconds: float, standby_seconds: float, parked_seconds: float) -> float:
+    """Serving replica-seconds plus the standby pool's: loading whole, parked at
+    :data:`PARKED_COST` of a serving replica."""
+    loading = standby_seconds - parked_seconds
+    return replica_seconds + loading + PARKED_COST * parked_seconds

@@ -59,6 +59,9 @@ class RolloutScenario:
     grace_s: float = 30.0  # a removed replica is killed this long after leaving the routes
     metrics_outages: tuple[tuple[float, float], ...] = ()  # [start, end) with no scrapes
     routing: model.Routing = model.Routing.ROUND_ROBIN  # within a revision
+    # Warm standby replicas kept for every revision that takes traffic (docs/standby.md):
+    # a scale-up takes them first, serving after ``activation_s``; billed apart.
+    standby: int = 0
 
     def revision_name(self, version: int) -> str:
         return names.revision_name(self.service_name, version)

@@ -48,6 +48,7 @@ def autoscaling_config(
     latency: bool = True,
     cpu_target: float | None = None,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
+    standby: int = 0,
 ) -> config.AutoscalingConfig:
     """servectl's configuration: the service's SLO (p99 <= ``svc.slo_ms``) as its one
     signal, which is what a user states; ``cpu_target`` adds a CPU signal (the
@@ -64,6 +65,8 @@ def autoscaling_config(
         max_replicas=MAX_REPLICAS,
         signals=signals,
         cold_start_s=svc.cold_start_s,
+        standby=standby,
+        activation_s=svc.activation_s,
         threads_per_replica=svc.threads_per_replica,
         routing=engine_routing(routing),
     )
@@ -98,10 +101,11 @@ def policies(
     names: list[str] | None = None,
     *,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
+    standby: int = 0,
 ) -> dict[str, PolicyFactory]:
     """Factories for the named policies (default: all four), in a stable order; servectl
-    is told ``routing`` (the baselines have no such notion)."""
-    cfg = autoscaling_config(svc, routing=routing)
+    is told ``routing`` and its ``standby`` pool (the baselines have no such notion)."""
+    cfg = autoscaling_config(svc, routing=routing, standby=standby)
     cpu_only = autoscaling_config(svc, latency=False)
     factories: dict[str, PolicyFactory] = {
         "servectl": lambda trace: registry.build("servectl", with_seasons(cfg, trace)),

@@ -111,7 +111,17 @@ class RolloutSimResult:
     errors: int  # requests answered with an error by a revision's error_rate
     lost_unready: int
     lost_cut: int
-    replica_seconds: float
+    replica_seconds: float  # serving replicas (starting, ready, draining): standby apart
+    standby: IntArray | None = None  # standby replicas (loading + parked), every revision
+    parked: IntArray | None = None  # of those, loaded and parked
+
+    @property
+    def standby_seconds(self) -> float:
+        return 0.0 if self.standby is None else float(self.standby.sum())
+
+    @property
+    def parked_seconds(self) -> float:
+        return 0.0 if self.parked is None else float(self.parked.sum())
 
     @property
     def duration_s(self) -> int:
@@ -163,6 +173,8 @@ class RolloutSimResult:
             "lost": self.lost,
             "slo_attainment": self.slo_attainment,
             "replica_seconds": self.replica_seconds,
+            "standby_seconds": self.standby_seconds,
+            "parked_seconds": self.parked_seconds,
             "peak_total_replicas": int(self.total_replicas.max()) if self.t.size else 0,
             "rollout_start_s": self.starts[0] if self.starts else None,
             "rollout_end_s": None if window is None else window[1],
@@ -215,6 +227,8 @@ def check_scenario(scenario: scenario_mod.RolloutScenario) -> None:
             "need 0 <= min_replicas <= max_replicas and max_replicas >= 1, "
             f"got {scenario.min_replicas}..{scenario.max_replicas}"
         )
+    if scenario.standby < 0:
+        raise ValueError(f"standby must be >= 0, got {scenario.standby}")
     if scenario.routing is model.Routing.RANDOM:
         raise ValueError(
             "routing: the world routes within a revision round robin or least-request; "
@@ -261,6 +275,8 @@ class World:
         self.p99_tl: FloatArray = np.full(duration, np.nan)
         self.total_replicas: IntArray = np.zeros(duration, dtype=np.int64)
         self.total_ready: IntArray = np.zeros(duration, dtype=np.int64)
+        self.total_standby: IntArray = np.zeros(duration, dtype=np.int64)  # loading + parked
+        self.total_parked: IntArray = np.zeros(duration, dtype=np.int64)
         self.cpu_tl: FloatArray = np.zeros(duration)
         self.mean_tl: FloatArray = np.full(duration, np.nan)
         self.stale = False  # a scheduled scrape was missed and none has happened since
@@ -276,6 +292,8 @@ class World:
         first.fleet.add(
             initial, created=-results.WARM_AGE_S, ready_at=-results.WARM_AGE_S + base.cold_start_s
         )
+        warm = -results.WARM_AGE_S + base.cold_start_s
+        first.fleet.set_standby(-results.WARM_AGE_S, scenario.standby, ready_at=warm)
         first.fleet.update(0.0)
         first.desired = initial
         first.weight = 100
@@ -360,9 +378,14 @@ class World:
             if revision.name not in named:
                 revision.scale_to(now, 0, grace)
                 revision.weight = 0
+                revision.fleet.set_standby(now, 0)
         for revision, rp in listed:
             revision.scale_to(now, rp.replicas, grace)
             revision.weight = rp.weight
+            # A revision keeps a standby pool while it takes traffic (the header route's
+            # included); it goes with its traffic.
+            serving = rp.weight > 0 or plan.header_revision == revision.name
+            revision.fleet.set_standby(now, self.scenario.standby if serving else 0)
         self.header = None if plan.header_revision is None else self.by_name[plan.header_revision]
         self._set_routes([(r, rp.weight) for r, rp in listed])
 
@@ -719,6 +742,8 @@ class World:
             lost_unready=self.lost_unready,
             lost_cut=self.lost_cut,
             replica_seconds=float(self.total_replicas.sum()),
+            standby=self.total_standby,
+            parked=self.total_parked,
         )
 
     def forget(self, t: int) -> None:
@@ -728,7 +753,7 @@ class World:
             records.popleft()
 
     def bill(self, t: int) -> None:
-        replicas = ready = 0
+        replicas = ready = standby = parked = 0
         for revision in self.revisions:
             fleet = revision.fleet
             revision.weight_tl[t] = revision.weight
@@ -737,8 +762,12 @@ class World:
             revision.replicas_tl[t] = fleet.size
             replicas += fleet.size
             ready += fleet.receiving_count
+            standby += fleet.standby_count
+            parked += fleet.parked_count(float(t))
         self.total_replicas[t] = replicas
         self.total_ready[t] = ready
+        self.total_standby[t] = standby
+        self.total_parked[t] = parked
 
 
 def _is_int(value: object) -> bool:

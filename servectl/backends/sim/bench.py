@@ -42,6 +42,9 @@ class BenchRecord:
     failed: int
     wall_s: float
     routing: str = model.Routing.ROUND_ROBIN.value  # within a revision
+    standby: int = 0  # warm standby replicas kept (docs/standby.md)
+    standby_seconds: float = 0.0  # theirs, apart from replica_seconds
+    cost_replica_seconds: float | None = None  # serving + standby (parked at PARKED_COST)
 
     def to_record(self) -> dict[str, Any]:
         """JSON-compatible; ``recovery_s`` is null when there was no step/spike and
@@ -110,9 +113,11 @@ def run_bench(
     min_replicas: int = 1,
     max_replicas: int = 100,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
+    standby: Mapping[str, int] | None = None,
 ) -> list[BenchRecord]:
     """Simulate every (trace, policy) pair; ``policies`` maps a display name to a factory
-    that gets the trace (the oracle needs it). ``routing``: within the revision."""
+    that gets the trace (the oracle needs it). ``routing``: within the revision.
+    ``standby``: a policy's warm standby pool, by display name (none when not named)."""
     records: list[BenchRecord] = []
     total = len(traces) * len(policies)
     for trace in traces:
@@ -120,6 +125,7 @@ def run_bench(
             if progress is not None:
                 progress(trace.name, name, len(records) + 1, total)
             started = time.perf_counter()
+            pool = (standby or {}).get(name, 0)
             result = simulate(
                 trace,
                 factory(trace),
@@ -129,6 +135,7 @@ def run_bench(
                 max_replicas=max_replicas,
                 record_decisions=False,
                 routing=routing,
+                standby=pool,
             )
             record = BenchRecord(
                 trace=trace.name,
@@ -143,6 +150,9 @@ def run_bench(
                 failed=result.failed,
                 wall_s=time.perf_counter() - started,
                 routing=routing.value,
+                standby=pool,
+                standby_seconds=result.standby_seconds,
+                cost_replica_seconds=result.cost_replica_seconds,
             )
             records.append(record)
     return records

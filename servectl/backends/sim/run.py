@@ -121,6 +121,7 @@ def single_revision_scenario(
     max_replicas: int = 100,
     initial_replicas: int | None = None,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
+    standby: int = 0,
 ) -> scenario_mod.RolloutScenario:
     return scenario_mod.RolloutScenario(
         name=trace.name,
@@ -132,6 +133,7 @@ def single_revision_scenario(
         max_replicas=max_replicas,
         initial_replicas=initial_replicas,
         routing=routing,
+        standby=standby,
     )
 
 
@@ -148,9 +150,11 @@ def simulate(
     record_decisions: bool = True,
     routing: model.Routing = model.Routing.ROUND_ROBIN,
     mode: config_mod.Mode = config_mod.Mode.ACTIVE,
+    standby: int = 0,
 ) -> results.SimResult:
     """Simulate ``policy`` serving ``trace`` on one revision; ``service`` defaults to
-    ``ServiceModel()`` and ``pipeline`` to ``PipelineConfig()``."""
+    ``ServiceModel()`` and ``pipeline`` to ``PipelineConfig()``. ``standby``: warm standby
+    replicas kept beside the serving ones (docs/standby.md)."""
     service = service if service is not None else model.ServiceModel()
     scenario = single_revision_scenario(
         trace,
@@ -159,6 +163,7 @@ def simulate(
         max_replicas=max_replicas,
         initial_replicas=initial_replicas,
         routing=routing,
+        standby=standby,
     )
     check_scenario(scenario)
     period_s = float(policy.period_s)
@@ -228,4 +233,6 @@ def simulate(
         change_at_s=change_at,
         min_replicas=min_replicas,
         max_replicas=max_replicas,
+        standby_seconds=run.standby_seconds,
+        parked_seconds=run.parked_seconds,
     )

@@ -448,6 +448,26 @@ def test_both_routings_size_for_the_load_beside_the_backlogged_replicas() -> Non
     assert "more replicas only shrink their share of new requests" in rr.detail
 
 
+def test_a_standby_pool_that_covers_the_scale_up_lands_it_in_an_activation() -> None:
+    # The overload above with a standby pool (docs/standby.md): capacity ordered now lands
+    # in 1 s, not 30, so the queue it finds is 1010 - 16 + 500 x 1 requests, and the
+    # proposal is the drain formula's, under the cap: (16 + 1494 x 20 ms / DRAIN_S) / 1.4.
+    state: dict[str, object] = {"service_s": 0.02, "inflight": [998.0, 10.0]}
+    snap = _overloaded(1000.0, 3, 3, inflight=1010.0)
+    pooled = dataclasses.replace(cfg(), standby=20, activation_s=1.0)
+    decision, _ = engine.EnginePolicy(pooled).decide(snap, dict(state))
+    drain = (800 * 0.02 + (1010 - 16 + 500 * 1) * 0.02 / engine.DRAIN_S) / 1.4
+    assert decision.proposals["backlog"] == pytest.approx(drain, rel=1e-3)
+    assert "capacity lands in 1 s" in decision.detail
+    assert decision.replicas == math.ceil(drain - 1e-9) < 26
+    # A pool too small for that scale-up: the rest is a cold start away, as without one.
+    small = dataclasses.replace(cfg(), standby=5, activation_s=1.0)
+    without, _ = engine.EnginePolicy(cfg()).decide(snap, dict(state))
+    decision, _ = engine.EnginePolicy(small).decide(snap, dict(state))
+    assert decision.proposals["backlog"] == without.proposals["backlog"]
+    assert decision.replicas == 26
+
+
 def test_least_request_never_sizes_a_backlog_above_the_round_robin_drain() -> None:
     # A small queue: the drain formula asks for less than the ready + load bound, so
     # least request changes nothing.

@@ -230,11 +230,32 @@ def test_bench_tables_compare_servectl_with_the_others(short_suite: None) -> Non
     assert "[1/2] step × servectl" in flat(result.stderr)
 
 
+def test_bench_standby_adds_servectl_with_each_pool_and_bills_it_apart(
+    short_suite: None,
+) -> None:
+    result = servectl(
+        "bench", "--traces", "step", "--policies", "servectl", "--standby", "2,4", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    records = {r["policy"]: r for r in json_lines(result.stdout)}
+    assert list(records) == ["servectl", "servectl standby=2", "servectl standby=4"]
+    assert records["servectl"]["standby"] == 0 and records["servectl"]["standby_seconds"] == 0
+    for size in (2, 4):
+        pooled = records[f"servectl standby={size}"]
+        assert pooled["standby"] == size
+        assert pooled["standby_seconds"] > 0
+        assert pooled["cost_replica_seconds"] > pooled["replica_seconds"]
+    table = servectl("bench", "--traces", "step", "--policies", "servectl", "--standby", "2")
+    assert table.exit_code == 0, table.output
+    assert "standby·s" in flat(table.stdout) and "vs servectl standby=2" in flat(table.stdout)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["--traces", "nope"], "--traces: unknown nope; choose from " + ", ".join(sorted(TRACES))),
         (["--policies", "servectl,nope"], "unknown policy nope; choose from servectl, hpa, kpa"),
+        (["--standby", "8,0"], "--standby: '0' is not a pool size; give whole numbers >= 1"),
     ],
 )
 def test_bench_unknown_names_list_the_valid_ones(args: list[str], says: str) -> None:
