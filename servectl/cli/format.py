@@ -42,7 +42,7 @@ SIMULATE_HEADER = [
 
 
 # Extra columns of ``-o wide``.
-SIMULATE_WIDE_HEADER = ["requests", "within SLO", "failed"]
+SIMULATE_WIDE_HEADER = ["requests", "within SLO", "failed", "standby·s"]
 
 
 def pct(value: float) -> str:
@@ -123,11 +123,12 @@ def num(value: Any, fmt: str = "{:.1f}") -> str:
 
 
 def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str]]:
-    """One row per policy; ``cost`` is replica-seconds relative to ``subject``."""
-    base = results[subject].replica_seconds if subject in results else None
+    """One row per policy; ``cost`` is replica-seconds relative to ``subject``'s, a standby
+    pool's included (``--standby``: loading whole, parked at a tenth)."""
+    base = _cost(results[subject]) if subject in results else None
     rows = []
     for name, result in results.items():
-        rel = result.replica_seconds / base if base else None
+        rel = _cost(result) / base if base else None
         over = round(result.requests * (1.0 - result.slo_attainment))
         rows.append(
             [
@@ -146,7 +147,15 @@ def simulate_rows(results: Mapping[str, _Scored], subject: str) -> list[list[str
 
 def simulate_wide_rows(results: Mapping[str, _Scored]) -> list[list[str]]:
     """The ``-o wide`` columns of :func:`simulate_rows`, in the same order."""
-    return [[f"{r.requests:,}", f"{r.met_slo:,}", f"{r.failed:,}"] for r in results.values()]
+    return [
+        [
+            f"{r.requests:,}",
+            f"{r.met_slo:,}",
+            f"{r.failed:,}",
+            f"{getattr(r, 'standby_seconds', 0.0):,.0f}",
+        ]
+        for r in results.values()
+    ]
 
 
 def _get(record: Any, key: str) -> Any:

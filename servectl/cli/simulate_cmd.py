@@ -75,6 +75,15 @@ def simulate(
         float | None, typer.Option(help="Simulate only the first N minutes of the trace.")
     ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed for arrivals and service times.")] = 0,
+    standby: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Also run servectl with a warm standby pool of N replicas (loaded, parked, "
+            "taken first by a scale-up and serving 1 s later; docs/standby.md): a row "
+            "'servectl standby=N', its cost counting the pool.",
+        ),
+    ] = 0,
     output: console.OutputOption = Output.TABLE,
     as_json: console.JsonAlias = False,
 ) -> None:
@@ -85,8 +94,9 @@ def simulate(
     (cost) and scale actions.
 
     \b
-    Example:
+    Examples:
       servectl simulate --trace step --compare hpa,kpa --plot out/step.png
+      servectl simulate --trace flash_crowd --compare oracle --standby 8
     """
     from servectl.backends.sim.run import simulate
     from servectl.cli import format as fmt
@@ -104,6 +114,11 @@ def simulate(
         factories = suite.policies(svc, names)
     except ValueError as exc:
         raise fail(f"--policy/--compare: {exc}") from exc
+    pools = {name: 0 for name in factories}
+    if standby:
+        pooled = f"servectl standby={standby}"
+        factories[pooled] = suite.policies(svc, ["servectl"], standby=standby)["servectl"]
+        pools[pooled] = standby
     results = {}
     for name, factory in factories.items():
         if not quiet:
@@ -120,6 +135,7 @@ def simulate(
             min_replicas=suite.MIN_REPLICAS,
             max_replicas=suite.MAX_REPLICAS,
             seed=seed,
+            standby=pools[name],
         )
         if not quiet:
             err.print(f"  done in {time.perf_counter() - started:.1f} s")
@@ -130,7 +146,7 @@ def simulate(
         header=fmt.SIMULATE_HEADER,
         rows=fmt.simulate_rows(results, subject=policy),
         records=[
-            {"trace": trace.name, "policy": name, **result.to_record()}
+            {**result.to_record(), "trace": trace.name, "policy": name}
             for name, result in results.items()
         ],
         wide_header=fmt.SIMULATE_WIDE_HEADER,

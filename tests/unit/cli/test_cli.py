@@ -99,6 +99,24 @@ def test_simulate_json_prints_one_record_per_policy() -> None:
     assert records[0]["requests"] == records[1]["requests"] > 0
 
 
+def test_simulate_standby_runs_servectl_with_a_pool_beside_and_counts_it_in_the_cost() -> None:
+    # step's rise (x4) is at 20 min: 22 minutes hold it.
+    args = ("simulate", "--trace", "step", "--minutes", "22", "--compare", "oracle")
+    result = servectl(*args, "--standby", "8", "--json")
+    assert result.exit_code == 0, result.output
+    records = {r["policy"]: r for r in json_lines(result.stdout)}
+    assert list(records) == ["servectl", "oracle", "servectl standby=8"]
+    plain, pooled = records["servectl"], records["servectl standby=8"]
+    assert plain["standby_seconds"] == 0
+    assert plain["cost_replica_seconds"] == plain["replica_seconds"]
+    assert pooled["standby_seconds"] == 8 * 22 * 60
+    assert pooled["cost_replica_seconds"] > pooled["replica_seconds"]
+    assert pooled["met_slo"] > plain["met_slo"]
+    table = servectl(*args, "--standby", "8", "-o", "wide")
+    assert table.exit_code == 0, table.output
+    assert "servectl standby=8" in table.stdout and "standby·s" in table.stdout
+
+
 def test_simulate_unknown_trace_lists_the_valid_ones() -> None:
     result = servectl("simulate", "--trace", "nope")
     assert result.exit_code == 2
