@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servectl.backends.sim import run as sim_run
 from servectl.sim import model, results, traces
@@ -143,3 +145,65 @@ def test_simulate_reports_the_pool_apart_from_the_serving_replicas() -> None:
     assert with_pool.met_slo > without.met_slo
     assert with_pool.recovery_s is not None and without.recovery_s is not None
     assert with_pool.recovery_s < without.recovery_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=40),  # seconds since the last operation
+            st.integers(min_value=0, max_value=12),  # serving replicas wanted
+            st.integers(min_value=0, max_value=6),  # pool wanted
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_the_pool_holds_its_target_and_no_replica_serves_sooner_than_it_can(
+    operations: list[tuple[int, int, int]],
+) -> None:
+    fleet = warm_fleet(pool=2, serving=2)
+    now = 0.0
+    for gap, desired, pool in operations:
+        now += gap
+        fleet.refresh(now)
+        before = set(fleet.ids.tolist())
+        parked, loading = fleet.parked_count(now), fleet.standby_count - fleet.parked_count(now)
+        fleet.scale_to(now, desired)
+        fleet.set_standby(now, pool)
+        assert fleet.standby_count == pool
+        assert (fleet.pool <= now + SERVICE.cold_start_s).all()
+        new = ~np.isin(fleet.ids, list(before))
+        ready_at = np.sort(fleet.ready_at[new])
+        # Parked ones first (one activation away), then loading ones, then cold starts.
+        fast = min(parked, int(new.sum()))
+        assert (ready_at[:fast] == now + SERVICE.activation_s).all()
+        assert (ready_at >= now + SERVICE.activation_s).all()
+        assert (ready_at <= now + SERVICE.cold_start_s).all()
+        cold = int(new.sum()) - fast - loading
+        if cold > 0:
+            assert (ready_at[-cold:] == now + SERVICE.cold_start_s).all()
+        assert fleet.active_count == desired
+
+
+def test_every_request_is_accounted_for_once_with_a_pool() -> None:
+    load = np.concatenate([np.full(60, 100.0), np.full(60, 600.0), np.full(60, 100.0)])
+    trace = traces.Trace("burst", np.concatenate([load, np.zeros(60)]))
+    controller = Script(
+        {
+            0: plan((1, 2, 100)),
+            62: plan((1, 8, 100)),
+            130: plan((1, 2, 100)),
+            150: plan((1, 9, 100)),
+        }
+    )
+    result = sim_run.simulate_rollout(
+        scenario(trace, {1: SERVICE}, standby=3, initial_replicas=2), controller, seed=2
+    )
+    counters = controller.seen[-1].revisions[0].counters
+    assert counters is not None
+    assert counters.requests == result.requests
+    assert sum(counters.latency_buckets) == result.requests - result.lost
+    assert result.standby is not None and (result.standby == 3).all()
+    # The second scale-up comes 88 s after the first: the pool has parked again (30 s).
+    assert result.total_ready[151] == 5 and result.total_ready[63] == 5
