@@ -192,6 +192,7 @@ def decide(
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         surge_replicas=spec.surge_replicas(demand),
+        standby=spec.standby,
     )
     new_plan, planner_state = planner.plan(intent, observed, demand, state.planner, names, limits)
     if errors:

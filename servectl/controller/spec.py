@@ -30,6 +30,9 @@ class ServiceSpec:
     max_replicas: int = 100
     gpus_per_replica: int = 0
     mode: config.Mode = config.Mode.ACTIVE
+    # Warm standby replicas per serving revision (docs/standby.md). The simulator sets it;
+    # no ModelService field does yet (it comes with the local and Kubernetes parking).
+    standby: int = 0
 
     def revision_name(self, version: int) -> str:
         return names.revision_name(self.name, version)

@@ -38,6 +38,10 @@ each is enforced:
 7. Sample-aware analysis lives in ``servectl.rollout.analysis``.
 8. Missing metrics never shrink (:func:`plan`): with stale metrics every revision keeps
    at least its current replicas and weights hold (an abort still moves traffic back).
+9. Warm standby (``Limits.standby``; docs/standby.md): each revision that takes traffic
+   (a weight, or the header route) keeps that many standby replicas beside its serving
+   ones; one that takes none keeps none. Standby counts apart from ``maxReplicas`` and
+   the surge budget.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class Limits:
     min_replicas: int = 1
     max_replicas: int = 100
     surge_replicas: int | None = None  # None: no budget
+    standby: int = 0  # warm standby replicas for each revision that takes traffic
 
 
 @dataclass(frozen=True)
@@ -307,6 +312,9 @@ def plan(
             weight=new_weights.get(name, 0),
             reason=reasons.get(name, (PlanReason.STEADY, ""))[0],
             message=reasons.get(name, (PlanReason.STEADY, ""))[1],
+            # A standby pool only for a revision that takes traffic now (a canary's comes
+            # with its first weight; an aborted or drained one's goes with its last).
+            standby=limits.standby if new_weights.get(name, 0) > 0 or name == new_header else 0,
         )
         for name in kept
     )

@@ -85,6 +85,9 @@ class RevisionPlan:
     weight: int
     reason: str
     message: str = ""
+    # Warm standby replicas to keep beside its serving ones (docs/standby.md): loaded,
+    # parked, taken first by a scale-up. Apart from ``replicas`` and never routed.
+    standby: int = 0
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ class RolloutScenario:
     grace_s: float = 30.0  # a removed replica is killed this long after leaving the routes
     metrics_outages: tuple[tuple[float, float], ...] = ()  # [start, end) with no scrapes
     routing: model.Routing = model.Routing.ROUND_ROBIN  # within a revision
-    # Warm standby replicas kept for every revision that takes traffic (docs/standby.md):
-    # a scale-up takes them first, serving after ``activation_s``; billed apart.
+    # The stable revision's warm standby pool at the start, parked (docs/standby.md): the
+    # world starts warm, its pool too. After that each plan's ``standby`` sets the pools.
     standby: int = 0
 
     def revision_name(self, version: int) -> str:

@@ -347,6 +347,10 @@ class World:
                 raise ValueError(
                     f"plan revision {rp.name!r}: replicas must be an int >= 0, got {rp.replicas!r}"
                 )
+            if not _is_int(rp.standby) or rp.standby < 0:
+                raise ValueError(
+                    f"plan revision {rp.name!r}: standby must be an int >= 0, got {rp.standby!r}"
+                )
             if not _is_int(rp.weight) or not 0 <= rp.weight <= 100:
                 raise ValueError(
                     f"plan revision {rp.name!r}: weight must be an int in 0..100, got {rp.weight!r}"
@@ -382,10 +386,7 @@ class World:
         for revision, rp in listed:
             revision.scale_to(now, rp.replicas, grace)
             revision.weight = rp.weight
-            # A revision keeps a standby pool while it takes traffic (the header route's
-            # included); it goes with its traffic.
-            serving = rp.weight > 0 or plan.header_revision == revision.name
-            revision.fleet.set_standby(now, self.scenario.standby if serving else 0)
+            revision.fleet.set_standby(now, rp.standby)  # the controller's pool
         self.header = None if plan.header_revision is None else self.by_name[plan.header_revision]
         self._set_routes([(r, rp.weight) for r, rp in listed])
 

@@ -170,7 +170,11 @@ def simulate(
     if not period_s > 0:
         raise ValueError(f"policy {policy.name!r}: period_s must be > 0, got {period_s}")
     spec = ServiceSpec(
-        name=SERVICE, min_replicas=min_replicas, max_replicas=max_replicas, mode=mode
+        name=SERVICE,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        mode=mode,
+        standby=standby,
     )
     decider = ServectlDecider(spec, policy, name=policy.name)
     decisions: list[results.DecisionRecord] = []

@@ -355,3 +355,41 @@ def test_a_canary_that_lost_its_ready_replicas_gives_all_its_weight_back() -> No
     assert result.revision("m-v1").weight == 100  # type: ignore[union-attr]
     canary = result.revision("m-v2")
     assert canary is not None and canary.weight == 0 and canary.replicas >= 2
+
+
+def test_a_standby_pool_goes_to_each_revision_that_takes_traffic_and_no_other() -> None:
+    pool = planner.Limits(standby=3)
+    # A canary planned ahead of its traffic (weight 0) gets replicas, not a pool.
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=0, ready=0))
+    result, _ = planner.plan(intent({1: 90, 2: 10}), obs, 10, planner.PlannerState(), NAMES, pool)
+    stable, canary = result.revision("m-v1"), result.revision("m-v2")
+    assert stable is not None and canary is not None
+    assert (stable.standby, canary.weight, canary.standby) == (3, 0, 0)
+    # Once it carries traffic it has its own.
+    obs = observed(rev(1, weight=90, desired=10), rev(2, weight=10, desired=2))
+    result, _ = planner.plan(intent({1: 90, 2: 10}), obs, 10, planner.PlannerState(), NAMES, pool)
+    assert [(r.name, r.standby) for r in result.revisions] == [("m-v1", 3), ("m-v2", 3)]
+    # The header route's revision takes traffic too (its matched requests).
+    obs = observed(rev(1, weight=100, desired=10), rev(2, weight=0, desired=1, ready=1))
+    result, _ = planner.plan(
+        intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES, pool
+    )
+    assert result.header_revision == "m-v2" and result.revision("m-v2").standby == 3  # type: ignore[union-attr]
+    # Without a pool asked for, none.
+    result, _ = planner.plan(intent({1: 100}, header=2), obs, 10, planner.PlannerState(), NAMES)
+    assert all(r.standby == 0 for r in result.revisions)
+
+
+def test_a_drained_revision_loses_its_pool_with_its_last_weight() -> None:
+    # v2 takes all the traffic (its replicas are ready); v1 keeps its replicas while it
+    # drains (rule 2), but no pool: it takes no traffic any more.
+    obs = observed(rev(1, weight=100, desired=5), rev(2, weight=0, desired=5))
+    pool = planner.Limits(standby=2)
+    result, _ = planner.plan(
+        intent({2: 100}, hold_s=30.0), obs, 5, planner.PlannerState(), NAMES, pool
+    )
+    old, new = result.revision("m-v1"), result.revision("m-v2")
+    assert old is not None and new is not None
+    assert (old.weight, new.weight) == (0, 100)
+    assert old.replicas == 5 and old.standby == 0
+    assert new.standby == 2

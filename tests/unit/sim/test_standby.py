@@ -5,16 +5,31 @@ from the serving replicas."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servectl.backends.sim import run as sim_run
+from servectl.planning.types import Plan
 from servectl.sim import model, results, traces
 from tests.unit.sim.test_world import Script, flat, plan, scenario
 
 SERVICE = model.ServiceModel(cold_start_s=30, activation_s=1)
+
+
+def pooled(scripted: Plan, size: int) -> Plan:
+    """``scripted`` with a pool of ``size`` for each revision that takes traffic (what
+    servectl's planner does; ``test_planner`` checks that rule)."""
+    return dataclasses.replace(
+        scripted,
+        revisions=tuple(
+            dataclasses.replace(rp, standby=size if rp.weight > 0 else 0)
+            for rp in scripted.revisions
+        ),
+    )
 
 
 def warm_fleet(pool: int, serving: int = 1) -> model.Fleet:
@@ -98,7 +113,7 @@ def test_in_the_world_a_step_is_served_by_standby_within_the_activation() -> Non
     # start without one.
     controller = Script({0: plan((1, 2, 100)), 62: plan((1, 5, 100))})
     cold = sim_run.simulate_rollout(scenario(step_trace(), services), controller)
-    controller = Script({0: plan((1, 2, 100)), 62: plan((1, 5, 100))})
+    controller = Script({0: pooled(plan((1, 2, 100)), 3), 62: pooled(plan((1, 5, 100)), 3)})
     warm = sim_run.simulate_rollout(scenario(step_trace(), services, standby=3), controller)
     assert warm.total_ready[63] == 5 and cold.total_ready[63] == 2
     assert cold.total_ready[92] == 5
@@ -113,16 +128,27 @@ def test_in_the_world_a_step_is_served_by_standby_within_the_activation() -> Non
     assert warm.parked_seconds == 3 * 180 - 3 * 30
 
 
-def test_only_a_revision_that_takes_traffic_keeps_a_pool() -> None:
+def test_each_plan_sets_the_pools_and_a_revision_left_out_loses_its_own() -> None:
     services = {1: SERVICE, 2: SERVICE}
     controller = Script(
-        {0: plan((1, 2, 100), (2, 1, 0)), 30: plan((1, 2, 50), (2, 2, 50)), 60: plan((2, 2, 100))}
+        {
+            0: pooled(plan((1, 2, 100), (2, 1, 0)), 2),
+            30: pooled(plan((1, 2, 50), (2, 2, 50)), 2),
+            60: pooled(plan((2, 2, 100)), 2),
+        }
     )
     result = sim_run.simulate_rollout(scenario(flat(50, 90), services, standby=2), controller)
     assert result.standby is not None
     assert result.standby[10] == 2  # v1's only: v2 has no traffic yet
     assert result.standby[40] == 4  # both take traffic
-    assert result.standby[70] == 2  # v1 left: its pool went with it
+    assert result.standby[70] == 2  # v1 left the plan: its pool went with it
+
+
+def test_a_plan_with_a_negative_pool_is_refused() -> None:
+    revision = dataclasses.replace(plan((1, 2, 100)).revisions[0], standby=-1)
+    bad = dataclasses.replace(plan((1, 2, 100)), revisions=(revision,))
+    with pytest.raises(ValueError, match="standby must be"):
+        sim_run.simulate_rollout(scenario(flat(50, 10), {1: SERVICE}), Script({0: bad}))
 
 
 def test_the_cost_counts_loading_standby_whole_and_parked_at_the_parked_share() -> None:
@@ -189,14 +215,8 @@ def test_the_pool_holds_its_target_and_no_replica_serves_sooner_than_it_can(
 def test_every_request_is_accounted_for_once_with_a_pool() -> None:
     load = np.concatenate([np.full(60, 100.0), np.full(60, 600.0), np.full(60, 100.0)])
     trace = traces.Trace("burst", np.concatenate([load, np.zeros(60)]))
-    controller = Script(
-        {
-            0: plan((1, 2, 100)),
-            62: plan((1, 8, 100)),
-            130: plan((1, 2, 100)),
-            150: plan((1, 9, 100)),
-        }
-    )
+    schedule = {0: 2, 62: 8, 130: 2, 150: 9}
+    controller = Script({at: pooled(plan((1, n, 100)), 3) for at, n in schedule.items()})
     result = sim_run.simulate_rollout(
         scenario(trace, {1: SERVICE}, standby=3, initial_replicas=2), controller, seed=2
     )
