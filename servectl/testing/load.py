@@ -14,7 +14,14 @@ class Load:
     """A Locust run (``servectl.loadtest.runner``) in a thread: a ``t,rps`` trace against a
     service's REST front port, stopped early with :meth:`finish`."""
 
-    def __init__(self, out: Path, port: int, trace: list[tuple[float, float]], name: str):
+    def __init__(
+        self,
+        out: Path,
+        port: int,
+        trace: list[tuple[float, float]],
+        name: str,
+        model: str = "cost_model",
+    ):
         out.mkdir(parents=True, exist_ok=True)
         trace_file = out / f"{name}.csv"
         trace_file.write_text("t,rps\n" + "".join(f"{t:g},{r:g}\n" for t, r in trace))
@@ -25,6 +32,7 @@ class Load:
             duration_s=None,
             out_dir=out,
             name=name,
+            model=model,
         )
         self.stop = threading.Event()
         self.result: Any = None

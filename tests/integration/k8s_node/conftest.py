@@ -190,16 +190,22 @@ def pod_logs(node: Node) -> str:
 
 
 def predict(
-    port: int, host: str | None = None, headers: dict[str, str] | None = None
+    port: int,
+    host: str | None = None,
+    headers: dict[str, str] | None = None,
+    model: str = "cost_model",
 ) -> dict[str, Any]:
-    """One REST prediction of cost_model through the Gateway on 127.0.0.1 (``host``: the
-    Host header a route's hostnames match; the connection still goes to 127.0.0.1)."""
-    body = json.dumps({"instances": [[1, 2, 3, 4, 5, 6, 7, 8]]}).encode()  # 8 features
+    """One REST prediction of ``model`` (a demo model) through the Gateway on 127.0.0.1
+    (``host``: the Host header a route's hostnames match; the connection still goes to
+    127.0.0.1)."""
+    from servectl.loadtest.payload import DEFAULT_PAYLOADS
+
+    body = json.dumps(DEFAULT_PAYLOADS[model]).encode()
     sent = {"Content-Type": "application/json", **(headers or {})}
     if host is not None:
         sent["Host"] = host
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/models/cost_model:predict", data=body, headers=sent
+        f"http://127.0.0.1:{port}/v1/models/{model}:predict", data=body, headers=sent
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         decoded: dict[str, Any] = json.loads(answer.read())

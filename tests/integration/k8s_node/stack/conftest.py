@@ -139,10 +139,12 @@ def service_doc(
     rollout: dict[str, Any],
     autoscaling: dict[str, Any] | None = None,
     routing: dict[str, Any] | None = None,
+    model: str = "cost_model",
 ) -> dict[str, Any]:
-    """cost_model v1 from the models claim at 250m CPU, 1-3 replicas unless ``autoscaling``."""
+    """``model`` v1 (cost_model unless told) from the models claim at 250m CPU, 1-3
+    replicas unless ``autoscaling``."""
     spec: dict[str, Any] = {
-        "model": {"name": "cost_model", "basePath": "pvc://models/cost_model", "version": 1},
+        "model": {"name": model, "basePath": f"pvc://models/{model}", "version": 1},
         "runtime": {"image": image, "resources": {"cpu": "250m", "memory": "1Gi"}},
         "autoscaling": autoscaling or {"minReplicas": 1, "maxReplicas": 3},
         "rollout": rollout,
@@ -177,17 +179,18 @@ def start(
     web: int,
     autoscaling: dict[str, Any] | None = None,
     routing: dict[str, Any] | None = None,
+    model: str = "cost_model",
 ) -> None:
     """Create the ModelService at v1 and wait until it answers through the Gateway (on its
     first hostname, when ``routing`` names some)."""
-    node.apply([service_doc(name, images.model_server_ref, spec, autoscaling, routing)])
+    node.apply([service_doc(name, images.model_server_ref, spec, autoscaling, routing, model)])
     until(lambda: ready(node, f"{name}-v1"), f"{name}-v1 Ready", 120)
     until(lambda: weights(node, name) == {f"{name}-v1": 100}, f"{name}'s route at v1", 30)
     host = ((routing or {}).get("hostnames") or [None])[0]
 
     def answers() -> bool:
         try:
-            return bool(predict(web, host=host))
+            return bool(predict(web, host=host, model=model))
         except OSError:
             return False
 
