@@ -242,18 +242,31 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
         return harness.owned() if revs and revs[0].get("readyReplicas") == 2 else None
 
     eventually(settled, "settled")
+
+    def ok_cycles() -> float:
+        return float(running.controller.metrics.reconciles.labels("ok")._value.get())
+
+    # Converged: 3 cycles in a row that wrote nothing (on a loaded machine the status
+    # write that follows the pods' readiness can land after "settled" was read; a status
+    # that kept changing would never get here, and fail).
+    quiet = {"writes": running.kube.writes(), "since": ok_cycles()}
+
+    def converged() -> bool | None:
+        now = running.kube.writes()
+        if now != quiet["writes"]:
+            quiet.update(writes=now, since=ok_cycles())
+            return None
+        return ok_cycles() >= quiet["since"] + 3 or None
+
+    wait_for(converged, timeout_s=30, what="3 cycles in a row with no write")
     before = harness.owned()
     ms_rv = harness.ms("idem")["metadata"]["resourceVersion"]
     writes = running.kube.writes()
-    cycles = running.controller.metrics.reconciles.labels("ok")._value.get()
-    wait_for(
-        lambda: (
-            running.controller.metrics.reconciles.labels("ok")._value.get() >= cycles + 8 or None
-        ),
-        timeout_s=20,
-        what="8 more cycles",
-    )
-    assert running.kube.writes() == writes, running.kube.counts
+    counts = dict(running.kube.counts)
+    cycles = ok_cycles()
+    wait_for(lambda: ok_cycles() >= cycles + 8 or None, timeout_s=20, what="8 more cycles")
+    more = {k: n - counts.get(k, 0) for k, n in running.kube.counts.items() if n != counts.get(k)}
+    assert running.kube.writes() == writes, more
     assert harness.owned() == before
     assert harness.ms("idem")["metadata"]["resourceVersion"] == ms_rv
 
