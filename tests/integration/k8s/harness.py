@@ -210,6 +210,22 @@ class Harness:
                 out[(res.kind, item["metadata"]["name"])] = item["metadata"]["resourceVersion"]
         return out
 
+    def owned_specs(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> what changes only when the object's spec is written: its
+        ``generation`` where it has one (a Deployment's or a PodDisruptionBudget's status,
+        which Kubernetes' own controllers write, moves its resourceVersion, not that),
+        else its resourceVersion (Services and ConfigMaps: nobody else writes them here)."""
+        out = {}
+        for res in OWNED:
+            for item in self.kube.list(
+                res, self.namespace, label_selector=f"{obj.MANAGED_BY}=servectl"
+            )["items"]:
+                meta = item["metadata"]
+                generation = meta.get("generation")
+                key = f"generation {generation}" if generation else meta["resourceVersion"]
+                out[(res.kind, meta["name"])] = key
+        return out
+
     def rollout(self, name: str) -> dict[str, Any]:
         return (self.ms(name).get("status") or {}).get("rollout") or {}
 

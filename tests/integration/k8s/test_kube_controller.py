@@ -259,7 +259,7 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
         return ok_cycles() >= quiet["since"] + 3 or None
 
     wait_for(converged, timeout_s=30, what="3 cycles in a row with no write")
-    before = harness.owned()
+    before = harness.owned_specs()
     ms_rv = harness.ms("idem")["metadata"]["resourceVersion"]
     writes = running.kube.writes()
     counts = dict(running.kube.counts)
@@ -267,7 +267,7 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
     wait_for(lambda: ok_cycles() >= cycles + 8 or None, timeout_s=20, what="8 more cycles")
     more = {k: n - counts.get(k, 0) for k, n in running.kube.counts.items() if n != counts.get(k)}
     assert running.kube.writes() == writes, more
-    assert harness.owned() == before
+    assert harness.owned_specs() == before
     assert harness.ms("idem")["metadata"]["resourceVersion"] == ms_rv
 
 
