@@ -46,6 +46,7 @@ def to_dict(state: LoopState) -> dict[str, Any]:
             "holdSeconds": _floats(p.hold_s),
             "heldShare": _floats(p.held_share),
             "cost": _floats(p.cost),
+            "sizingCost": _floats(p.sizing_cost),
             "headerShare": p.header_share,
         },
         "policy": state.policy,
@@ -103,6 +104,7 @@ def from_dict(doc: Mapping[str, Any]) -> LoopState:
         hold_s=_map(p, "holdSeconds", float),
         held_share=_map(p, "heldShare", float),
         cost=_map(p, "cost", float),
+        sizing_cost=_map(p, "sizingCost", float),  # absent before 2026-12: sized at cost
         header_share=None if header_share is None else float(header_share),
     )
     policy = doc.get("policy")

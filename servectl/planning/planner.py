@@ -24,7 +24,9 @@ each is enforced:
    ``r`` (its CPU seconds per request over the stable revision's) gets
    ``ceil(demand * e * r / mix)`` where ``mix = sum(e_j * r_j)`` over the applied shares.
    A CPU-heavy canary thus adds canary replicas, never stable ones. A revision with too
-   few requests to measure borrows the stable revision's cost (r = 1).
+   few requests to measure borrows the stable revision's cost (r = 1). The ``r`` sized
+   at holds while the smoothed estimate stays within 10 % of it (``COST_TOLERANCE``):
+   a canary as costly as stable is sized as stable, not a replica more on noise.
 4. No capacity dip on abort: an abort is a shift back to stable like any other, so
    stable is scaled first and traffic follows its ready capacity; a canary failing hard
    (the rollout says so) loses its traffic at once and stable is sized for all of it,
@@ -69,6 +71,11 @@ HEADER_SHARE_PRIOR = 0.1
 """Share of traffic assumed to match an A/B header before any was routed."""
 SHRINK_TOLERANCE = 0.05
 """A revision not losing traffic shrinks only when 5 % more demand would still fit."""
+COST_TOLERANCE = 0.1
+"""The cost a revision is sized at (rule 3) moves only when its smoothed estimate left it
+by more than 10 %: the estimate's noise (a few percent after smoothing, from per-window
+ratios 20 % apart on a busy machine) never adds a replica at a rounding edge one cycle and
+takes it back the next."""
 CARRY_TOLERANCE = 0.1
 """A revision gives weight back only when its ready replicas no longer carry 90 % of its
 share: noise in the cost estimate never makes the weights flap."""
@@ -84,6 +91,8 @@ class PlannerState:
     hold_s: Mapping[str, float] = field(default_factory=dict)
     held_share: Mapping[str, float] = field(default_factory=dict)  # share before lowering
     cost: Mapping[str, float] = field(default_factory=dict)  # relative to stable, smoothed
+    #: What each revision is sized at: ``cost`` within COST_TOLERANCE of it holds it.
+    sizing_cost: Mapping[str, float] = field(default_factory=dict)
     header_share: float | None = None
 
 
@@ -138,6 +147,31 @@ def need(demand: int, share: float, cost: float, mix: float) -> int:
     return max(1, math.ceil(demand * share * cost / mix - 1e-6))
 
 
+def _rebased(previous: Mapping[str, float], stable: str) -> Mapping[str, float]:
+    """Estimates relative to the stable revision, whose own is 1. Once a promotion made
+    another revision stable, kept ones are still relative to the old stable: rebase them
+    (the old stable then costs 1/r, not 1), or a draining old stable, which has no traffic
+    left to measure, would be sized at the wrong cost."""
+    scale = previous.get(stable)
+    if scale is not None and scale > 0 and not math.isclose(scale, 1.0):
+        return {name: cost / scale for name, cost in previous.items()}
+    return previous
+
+
+def _sizing_costs(
+    costs: Mapping[str, float], stable: str, previous: Mapping[str, float]
+) -> dict[str, float]:
+    """The costs sizing uses: each one held while the estimate stays within
+    COST_TOLERANCE of it, else the estimate."""
+    previous = _rebased(previous, stable)
+    out: dict[str, float] = {}
+    for name, cost in costs.items():
+        held = previous.get(name)
+        keep = name != stable and held is not None and abs(cost - held) <= COST_TOLERANCE * held
+        out[name] = held if keep and held is not None else cost
+    return out
+
+
 def _measure_costs(
     observed: Observed, stable: str, previous: Mapping[str, float]
 ) -> dict[str, float]:
@@ -149,13 +183,7 @@ def _measure_costs(
             return None
         return sig.cpu_usage_cores / sig.rps
 
-    # Estimates are relative to the stable revision, whose own is 1. Once a promotion
-    # made another revision stable, the kept ones are still relative to the old stable:
-    # rebase them (the old stable then costs 1/r, not 1), or a draining old stable, which
-    # has no traffic left to measure, would be sized at the wrong cost.
-    scale = previous.get(stable)
-    if scale is not None and scale > 0 and not math.isclose(scale, 1.0):
-        previous = {name: cost / scale for name, cost in previous.items()}
+    previous = _rebased(previous, stable)
     base = per_request(observed.revision(stable))
     costs: dict[str, float] = {}
     for rev in observed.revisions:
@@ -204,7 +232,8 @@ def plan(
     if sum(current_weights.values()) != 100:  # nothing routed yet (or a lagging backend)
         current_weights = {stable: 100}
     current_header = observed.header_revision
-    costs = _measure_costs(observed, stable, state.cost)
+    estimates = _measure_costs(observed, stable, state.cost)
+    costs = _sizing_costs(estimates, stable, state.sizing_cost)
     hs = _header_share(observed, state.header_share)
     ready = {r.name: r.ready for r in observed.revisions}
     available = {r.name: r.available for r in observed.revisions}
@@ -324,7 +353,8 @@ def plan(
         lowered_at=lowered_at,
         hold_s=hold_s,
         held_share=held_share,
-        cost={n: c for n, c in costs.items() if n in kept},
+        cost={n: c for n, c in estimates.items() if n in kept},
+        sizing_cost={n: c for n, c in costs.items() if n in kept},
         header_share=hs,
     )
     events = tuple(
@@ -552,7 +582,10 @@ def _replicas(
         if name == canary and intent.canary_scale is not None and not intent.abort:
             kind, value = intent.canary_scale
             scaled = value if kind == "replicas" else needs(name, value / 100.0)
-            want = max(b, scaled)  # never below what its traffic needs
+            # Never below what its traffic needs, now or at the step's target share: a
+            # scale under the target's need would hold the weight below it for good (rule
+            # 1 waits for ready capacity), so the scale is a floor.
+            want = max(want, scaled)
         # Not losing traffic: shrink only on a clear drop (tolerance), never jitter,
         # pre-scaled replicas included (not cut, then ordered again, on noise). The
         # slack kept is its base only when it adds nothing ahead; otherwise it is

@@ -128,7 +128,8 @@ class Tick:
             f"demand={self.demand} "
             f"surge={self.limits.surge_replicas} state(replicas={dict(b.replicas)} "
             f"lowered_at={dict(b.lowered_at)} hold_s={dict(b.hold_s)} "
-            f"held_share={dict(b.held_share)} cost={dict(b.cost)} hs={b.header_share})\n "
+            f"held_share={dict(b.held_share)} cost={dict(b.cost)} "
+            f"sizing_cost={dict(b.sizing_cost)} hs={b.header_share})\n "
             f"plan=[{planned}] header={self.plan.header_revision})"
         )
 
@@ -178,9 +179,20 @@ class Step:
         cur_share = effective(cur_w, obs.header_revision, hs)
         # The planner's own cost estimate this tick (its state's smoothed estimate
         # updated with this tick's measurement); it must be what it kept.
-        cost = planner._measure_costs(obs, stable, tick.before.cost)
+        estimate = planner._measure_costs(obs, stable, tick.before.cost)
         for name, kept in tick.after.cost.items():
+            assert math.isclose(kept, estimate[name]), (name, kept, estimate[name])
+        # What it sizes at: the estimate, or the cost it sized at before while the
+        # estimate stays within COST_TOLERANCE of it; it must be what it kept.
+        cost = planner._sizing_costs(estimate, stable, tick.before.sizing_cost)
+        for name, kept in tick.after.sizing_cost.items():
             assert math.isclose(kept, cost[name]), (name, kept, cost[name])
+            off = abs(estimate[name] - kept)
+            assert off <= planner.COST_TOLERANCE * kept + 1e-9 or kept == estimate[name], (
+                name,
+                kept,
+                estimate[name],
+            )
         mix = sum(share * cost.get(n, 1.0) for n, share in cur_share.items())
         prev: dict[str, int] = {}
         for r in obs.revisions:
@@ -260,7 +272,9 @@ class Step:
         return b
 
     def ahead(self, name: str) -> int:
-        """The size it is heading for: its target share's, or setCanaryScale's."""
+        """The size it is heading for: its target share's, or setCanaryScale's where
+        that is more (the scale is a floor: under the target's need it would hold the
+        weight below the target for good)."""
         share, goal = self.new_share.get(name, 0.0), self.target_share.get(name, 0.0)
         want = self.need(name, max(share, goal))
         intent = self.tick.intent
@@ -272,7 +286,7 @@ class Step:
         ):
             kind, value = intent.canary_scale
             scaled = value if kind == "replicas" else self.need(name, value / 100.0)
-            want = max(self.need(name, share), scaled)
+            want = max(want, scaled)
         return want
 
 
@@ -884,11 +898,19 @@ def check_cost_basis(tick: Tick) -> list[str]:
     """Rule 3's costs are relative to the stable revision (its own is 1): an estimate that
     got no fresh measurement this cycle keeps its ratio to the stable's estimate, also when
     the stable revision changed (after a promotion the old stable costs 1/r, not 1)."""
+    out = check_costs_relative(tick, tick.before.cost, tick.after.cost, "costs")
+    return out + check_costs_relative(
+        tick, tick.before.sizing_cost, tick.after.sizing_cost, "is sized at"
+    )
+
+
+def check_costs_relative(
+    tick: Tick, before: Mapping[str, float], after: Mapping[str, float], what: str
+) -> list[str]:
     stable = tick.names[tick.intent.stable]
-    before, after = tick.before.cost, tick.after.cost
     out = []
     if stable in after and not math.isclose(after[stable], 1.0):
-        out.append(f"stable {stable} costs {after[stable]}")
+        out.append(f"stable {stable} {what} {after[stable]}")
 
     def measured(name: str) -> bool:
         rev = tick.observed.revision(name)
@@ -908,7 +930,7 @@ def check_cost_basis(tick: Tick) -> list[str]:
             continue
         expected = before[name] / before[stable]
         if not math.isclose(cost, expected):
-            out.append(f"{name} costs {cost}, {expected} before (relative to {stable})")
+            out.append(f"{name} {what} {cost}, {expected} before (relative to {stable})")
     return out
 
 
@@ -1108,15 +1130,16 @@ def test_planner_rules_hold_on_any_single_step(tick: Tick) -> None:
     reason="the demand is in replicas of the traffic mix it was measured on, but need() "
     "divides it by the mix of the weights applied now: right after a shift onto a cheaper "
     "canary the same demand reads as more work, the canary's ready replicas no longer "
-    "carry the share just granted and _carry_back gives weight back (50 -> 74 -> 63 -> 68 "
-    "-> 89 -> 74 % at 0.5x cost, flat 260 rps), then it rises again; docs/rollouts.md "
+    "carry the share just granted and _carry_back gives weight back (50 -> 77 -> 62 -> 70 "
+    "-> 99 -> 76 % at 0.5x cost, flat 200 rps; at 260 rps it no longer shows since costs "
+    "are sized within a 10 % tolerance), then it rises again; docs/rollouts.md "
     "('The mix a demand is in') says why the fix tried was reverted",
 )
 def test_a_cheaper_canary_weight_never_goes_back_while_its_target_holds() -> None:
     spec = models.RolloutSpec.model_validate({"steps": [], "drainSeconds": 5})
     scenario = scenario_mod.RolloutScenario(
         name="cheaper-canary",
-        trace=traces.Trace("flat", np.full(300, 260.0)),
+        trace=traces.Trace("flat", np.full(300, 200.0)),
         revisions={
             1: scenario_mod.RevisionModel(1, SVC),
             2: scenario_mod.RevisionModel(2, model.ServiceModel(service_time_ms=10.0)),

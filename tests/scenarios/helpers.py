@@ -203,7 +203,7 @@ class Run:
             plan = self.result.plans[i][1]
             weights = {r.name: r.weight for r in plan.revisions if r.weight > 0}
             before = previous_weights or dict(weights)
-            costs = state.planner.cost
+            costs = state.planner.sizing_cost  # what the planner sizes at (rule 3)
             mix = sum(w / 100.0 * costs.get(n, 1.0) for n, w in before.items()) or 1.0
             hard = state.rollout.hard_abort and state.rollout.phase is machine.Phase.ABORTED
             for rev_name, w in weights.items():
@@ -235,7 +235,7 @@ class Run:
                 continue
             plan = self.result.plans[i][1]
             weights = {r.name: r.weight for r in plan.revisions if r.weight > 0}
-            costs = self.controller.states[i].planner.cost
+            costs = self.controller.states[i].planner.sizing_cost
             mix = sum(w / 100.0 * costs.get(n, 1.0) for n, w in weights.items()) or 1.0
             w = weights.get(rev_name, 0)
             if w == 0:

@@ -62,7 +62,11 @@ class SetCanaryScale(SpecModel):
         )
     )
 
-    replicas: Int | None = Field(default=None, ge=0, description="Exactly this many replicas.")
+    replicas: Int | None = Field(
+        default=None,
+        ge=0,
+        description="At least this many replicas (more where its weight, now or next, needs).",
+    )
     weight: Int | None = Field(default=None, ge=0, le=100, description="Size as if at this weight.")
     match_traffic_weight: Bool | None = Field(default=None, description="Back to weight-sized.")
 

@@ -63,7 +63,7 @@ def bench_rollout_spec() -> models.RolloutSpec:
                 "minSamples": 500,
                 "checks": [
                     {"metric": "errorRate", "max": 0.01},
-                    {"metric": "latencyP99", "maxRatioToStable": 1.5},
+                    {"metric": "latencyP99", "maxRatioToStable": 2.0},
                 ],
             },
             "drainSeconds": 30,

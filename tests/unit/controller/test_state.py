@@ -34,6 +34,7 @@ def test_the_states_cover_drains_analyses_and_learnt_costs() -> None:
     assert any(s.rollout.baseline for s in STATES)
     assert any(s.rollout.verdicts for s in STATES)
     assert any(s.planner.cost for s in STATES)
+    assert any(s.planner.sizing_cost for s in STATES)
     assert any(s.policy for s in STATES)
 
 
@@ -65,6 +66,7 @@ def _doc() -> dict[str, Any]:
         (lambda d: d["planner"].update(loweredAt={"m-v1": "soon"}), "planner.loweredAt.m-v1"),
         (lambda d: d["planner"].update(holdSeconds=[1]), "planner.holdSeconds"),
         (lambda d: d["planner"].update(cost={"m-v2": float("nan")}), "planner.cost.m-v2"),
+        (lambda d: d["planner"].update(sizingCost={"m-v2": "1"}), "planner.sizingCost.m-v2"),
         (lambda d: d["planner"].update(headerShare=2), "planner.headerShare"),
         (lambda d: d.update(policy=[]), "policy"),
     ],
@@ -75,6 +77,12 @@ def test_a_malformed_document_is_refused_naming_the_field(change: Any, field: st
     with pytest.raises(codec.StateError) as caught:
         codec.from_dict(doc)
     assert str(caught.value).startswith(field), str(caught.value)
+
+
+def test_a_state_saved_before_sizing_costs_loads_with_none_held() -> None:
+    doc = _doc()
+    doc["planner"].pop("sizingCost")
+    assert codec.from_dict(doc).planner.sizing_cost == {}
 
 
 def test_not_json_and_not_an_object_are_refused() -> None:

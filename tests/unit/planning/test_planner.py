@@ -306,6 +306,20 @@ def test_a_canary_at_weight_zero_is_planned_from_its_scale() -> None:
     assert result.revision("m-v2") is None
 
 
+def test_a_canary_scale_under_the_next_weights_need_is_a_floor_not_a_cap() -> None:
+    # setCanaryScale {replicas: 2}, then setWeight 50 of demand 5: 3 replicas needed.
+    # Held at 2, the weight would wait at 40 % for capacity that is never ordered.
+    obs = observed(rev(1, weight=60, desired=3), rev(2, weight=40, desired=2))
+    step = intent({1: 50, 2: 50}, canary_scale=("replicas", 2))
+    result, _ = planner.plan(step, obs, 5, planner.PlannerState(), NAMES)
+    canary = result.revision("m-v2")
+    assert canary is not None and (canary.replicas, canary.weight) == (3, 40)
+    # Above the need, the scale wins.
+    step = intent({1: 50, 2: 50}, canary_scale=("replicas", 4))
+    result, _ = planner.plan(step, obs, 5, planner.PlannerState(), NAMES)
+    assert result.revision("m-v2").replicas == 4  # type: ignore[union-attr]
+
+
 def test_a_weight_its_ready_replicas_no_longer_carry_goes_back_to_stable() -> None:
     # The canary got 20 % on 2 ready replicas at the borrowed cost 1; measured, it costs
     # 2.5x: 2 replicas carry ~14 % of demand 10 at that cost. The stable has 10 ready
@@ -344,6 +358,44 @@ def test_cost_noise_within_the_carry_tolerance_moves_no_weight() -> None:
     state = planner.PlannerState(cost={"m-v2": 1.05})
     result, _ = planner.plan(intent({1: 80, 2: 20}), obs, 10, state, NAMES)
     assert result.revision("m-v2").weight == 20  # type: ignore[union-attr]
+
+
+def test_a_canary_measured_a_few_percent_dearer_is_sized_as_stable_at_a_rounding_edge() -> None:
+    # 2 replicas of demand at 50/50: 1 each. Estimates 1.04, 0.97, 1.07 (noise on an
+    # identical version) never make the canary's 1 replica 2, nor take one back.
+    state = planner.PlannerState(cost={"m-v2": 1.0}, sizing_cost={"m-v2": 1.0})
+    for cpu in (1.04, 0.97, 1.07, 1.0):
+        obs = observed(
+            rev(1, weight=50, desired=1, rps=10, cpu=1.0),
+            rev(2, weight=50, desired=1, rps=10, cpu=cpu),
+        )
+        result, state = planner.plan(intent({1: 50, 2: 50}), obs, 2, state, NAMES)
+        assert result.revision("m-v2").replicas == 1, (cpu, state.cost)  # type: ignore[union-attr]
+        assert state.sizing_cost["m-v2"] == 1.0
+    assert state.cost["m-v2"] != 1.0  # the estimate itself moved; sizing held
+
+
+def test_a_canary_costlier_beyond_the_tolerance_is_sized_at_its_estimate() -> None:
+    state = planner.PlannerState(cost={"m-v2": 1.0}, sizing_cost={"m-v2": 1.0})
+    obs = observed(
+        rev(1, weight=50, desired=5, rps=50, cpu=5.0),
+        rev(2, weight=50, desired=5, rps=50, cpu=7.5),  # 1.5x: the estimate 1.15 at once
+    )
+    result, state = planner.plan(intent({1: 50, 2: 50}), obs, 10, state, NAMES)
+    assert state.sizing_cost["m-v2"] == state.cost["m-v2"] > 1.1
+    assert result.revision("m-v2").replicas == 6  # type: ignore[union-attr]  # ceil(10*.5*1.15/1.075)
+
+
+def test_the_cost_sized_at_is_rebased_on_a_promotion() -> None:
+    # v2 sized at 0.5 of v1; once v2 is stable, v1 is sized at 2 (not 1).
+    state = planner.PlannerState(
+        cost={"m-v1": 1.0, "m-v2": 0.5}, sizing_cost={"m-v1": 1.0, "m-v2": 0.5}
+    )
+    obs = observed(rev(1, weight=50, desired=4), rev(2, weight=50, desired=2))
+    promoted = Intent(stable=2, canary=None, weights={2: 100}, phase=Phase.COMPLETED)
+    _, state = planner.plan(promoted, obs, 4, state, NAMES)
+    assert state.sizing_cost["m-v2"] == 1.0
+    assert state.sizing_cost.get("m-v1", 2.0) == 2.0
 
 
 def test_a_canary_that_lost_its_ready_replicas_gives_all_its_weight_back() -> None:
