@@ -39,6 +39,14 @@ def _rv(doc: Mapping[str, Any]) -> int:
         return -1
 
 
+def _older(doc: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:
+    """``doc`` is an older version than ``than`` (both with integer versions)."""
+    if than is None:
+        return False
+    new, have = _rv(doc), _rv(than)
+    return new >= 0 and have >= 0 and new < have
+
+
 class Informer:
     """A list + watch cache of one kind."""
 
@@ -104,7 +112,7 @@ class Informer:
         key = key_of(doc)
         with self._lock:
             have = self._items.get(key)
-            if have is None or _rv(doc) < 0 or _rv(doc) >= _rv(have):
+            if not _older(doc, have):
                 self._store(key, doc)
 
     def forget(self, namespace: str, name: str) -> None:
@@ -156,10 +164,12 @@ class Informer:
                 for key, doc in fresh.items()
                 if key not in self._items or _rv(self._items[key]) != _rv(doc)
             ]
+            # A write of ours after the list was served is newer than the list's copy.
+            kept = {k: d for k, d in self._items.items() if k in fresh and _older(fresh[k], d)}
             self._items = {}
             self._by_service = {}
             for key, doc in fresh.items():
-                self._store(key, doc)
+                self._store(key, kept.get(key, doc))
         self.relists += 1
         self.synced.set()
         for doc in gone:
@@ -234,8 +244,14 @@ class Informer:
             doc.setdefault("apiVersion", self.resource.api_version)
             doc.setdefault("kind", self.resource.kind)
             key = key_of(doc)
+            # Events arrive in order, but a write of ours is put here at once (write-through,
+            # :meth:`put`), ahead of its own event and of those before it: an event older
+            # than the cached copy would undo the write until the watch caught up, and the
+            # next cycle, reading its own status as not written, would write it again.
             with self._lock:
-                if kind == "DELETED":
+                if _older(doc, self._items.get(key)):
+                    pass  # already past it
+                elif kind == "DELETED":
                     self._drop(key)
                 else:
                     self._store(key, doc)

@@ -232,6 +232,24 @@ def test_a_canary_that_never_gets_ready_is_held_and_can_be_aborted_by_the_cli_an
     assert harness.ms("bad")["status"]["loop"]["command"] == "a1"
 
 
+def _status_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The status fields that differ, as dotted paths with both values (a failure's why)."""
+    out: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(f"{path}.{key}", a.get(key), b.get(key))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(f"{path}[{i}]", x, y)
+        elif a != b:
+            out.append(f"{path}: {a!r} -> {b!r}")
+
+    walk("status", before.get("status"), after.get("status"))
+    return out
+
+
 def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
     running = harness.controller()
     harness.create(ms_doc("idem", harness.namespace))
@@ -260,13 +278,14 @@ def test_the_same_desired_state_twice_writes_nothing(harness: Harness) -> None:
 
     wait_for(converged, timeout_s=30, what="3 cycles in a row with no write")
     before = harness.owned_specs()
-    ms_rv = harness.ms("idem")["metadata"]["resourceVersion"]
+    ms_before = harness.ms("idem")
+    ms_rv = ms_before["metadata"]["resourceVersion"]
     writes = running.kube.writes()
     counts = dict(running.kube.counts)
     cycles = ok_cycles()
     wait_for(lambda: ok_cycles() >= cycles + 8 or None, timeout_s=20, what="8 more cycles")
     more = {k: n - counts.get(k, 0) for k, n in running.kube.counts.items() if n != counts.get(k)}
-    assert running.kube.writes() == writes, more
+    assert running.kube.writes() == writes, (more, _status_diff(ms_before, harness.ms("idem")))
     assert harness.owned_specs() == before
     assert harness.ms("idem")["metadata"]["resourceVersion"] == ms_rv
 
