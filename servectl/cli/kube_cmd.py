@@ -27,6 +27,7 @@ def run_controller(
     probe_port: int,
     metrics_port: int,
     period: float,
+    rate_window: str = "1m",
 ) -> None:
     import os
 
@@ -58,6 +59,12 @@ def run_controller(
             raise fail(f"{flag} {pattern!r}: {problem}", 2)
     if period <= 0:
         raise fail(f"--period {period}: must be > 0 seconds", 2)
+    from servectl.metrics.config import MetricsConfigError, parse_config
+
+    try:
+        metrics = parse_config({"rateWindow": rate_window})
+    except MetricsConfigError as exc:
+        raise fail(f"--rate-window {rate_window!r}: {str(exc).split(': ', 1)[-1]}", 2) from None
     try:
         api = load_api_client(kubeconfig, context)
     except KubeError as exc:
@@ -75,6 +82,7 @@ def run_controller(
             grpc_hostnames=grpc_hostnames or None,
         ),
         prometheus_url=prometheus_url,
+        metrics=metrics,
         leader_elect=leader_elect,
         lease=LeaseConfig(namespace=lease_ns, name=lease_name, identity=identity()),
     )

@@ -282,6 +282,14 @@ def controller(
     period: Annotated[
         float, typer.Option(help="Seconds between reconcile cycles.", rich_help_panel=_K8S)
     ] = 5.0,
+    rate_window: Annotated[
+        str,
+        typer.Option(
+            help="PromQL range of the controller's rate() queries, at least 4 of your "
+            "Prometheus' scrape intervals (30s with 5 s scrapes: faster, noisier).",
+            rich_help_panel=_K8S,
+        ),
+    ] = "1m",
 ) -> None:
     """Run a controller in the foreground: the local runtime's (what `servectl up` starts),
     or with --kubernetes the in-cluster one."""
@@ -293,6 +301,7 @@ def controller(
             context=context,
             namespaces=list(namespace or []),
             prometheus_url=prometheus_url,
+            rate_window=rate_window,
             traffic=traffic,
             gateway=gateway,
             http_listener=http_listener,

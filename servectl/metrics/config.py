@@ -226,5 +226,6 @@ def parse_config(doc: Any) -> MetricsConfig:
         lines = []
         for error in exc.errors():
             where = ".".join(str(p) for p in error["loc"]) or "config"
-            lines.append(f"{where}: {error['msg']}")
+            message = str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix
+            lines.append(f"{where}: {message}")
         raise MetricsConfigError("; ".join(lines)) from None

@@ -109,6 +109,11 @@ def test_a_refused_value_is_one_line_naming_the_field(
             ["--gateway", "infra/public", "--grpc-hostnames", "{name}_g.example.com"],
             "not a hostname",
         ),
+        (
+            ["--gateway", "infra/public", "--rate-window", "30 s"],
+            "--rate-window '30 s': '30 s' is not a PromQL duration",
+        ),
+        (["--gateway", "infra/public", "--rate-window", "0s"], "must be longer than 0"),
     ],
 )
 def test_the_kubernetes_controller_refuses_routes_that_attach_to_nothing_or_bad_hosts(
