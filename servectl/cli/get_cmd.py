@@ -348,12 +348,13 @@ def _explain_cycle(cycle: dict[str, Any]) -> None:
     plan = cycle["plan"]
     console.print_table(
         f"Plan ({plan['phase']}) {text(plan.get('message', ''))}".rstrip(),
-        ["REVISION", "REPLICAS", "WEIGHT", "REASON", "WHY"],
+        ["REVISION", "REPLICAS", "WEIGHT", "COST", "REASON", "WHY"],
         [
             [
                 x["name"],
                 str(x["replicas"]),
                 f"{x['weight']}%",
+                _cost(x),
                 x["reason"],
                 text(x.get("message", "")),
             ]
@@ -362,6 +363,18 @@ def _explain_cycle(cycle: dict[str, Any]) -> None:
     )
     for error in cycle.get("errors", []):
         p(f"refused:   {text(error)}", markup=False)
+
+
+def _cost(revision: dict[str, Any]) -> str:
+    """Its CPU per request relative to stable as sized (rule 3), and the estimate when
+    that differs: the planner holds the one it sizes at while the estimate stays within
+    10 % of it (docs/rollouts.md)."""
+    sized, estimate = revision.get("cost"), revision.get("costEstimate")
+    if sized is None:
+        return "-"
+    if estimate is None or abs(estimate - sized) < 0.005:
+        return f"{sized:.2f}x"
+    return f"{sized:.2f}x (est. {estimate:.2f})"
 
 
 def _explain_status(record: dict[str, Any]) -> None:

@@ -20,6 +20,16 @@ def cycle_record(cycle: Cycle) -> dict[str, Any]:
     outcome = cycle.outcome
     observed = cycle.observed
     limits = outcome.limits
+    planned = getattr(outcome.state, "planner", None)  # servectl's loop: its planner state
+    sized = dict(getattr(planned, "sizing_cost", {}) or {})
+    estimates = dict(getattr(planned, "cost", {}) or {})
+
+    def cost(name: str) -> dict[str, Any]:
+        """The cost a revision is sized at and the estimate behind it (rule 3)."""
+        if name not in sized:
+            return {}
+        return {"cost": round(sized[name], 3), "costEstimate": round(estimates[name], 3)}
+
     return {
         "time": cycle.time,
         "applied": cycle.applied,
@@ -68,6 +78,7 @@ def cycle_record(cycle: Cycle) -> dict[str, Any]:
                     "weight": r.weight,
                     "reason": r.reason,
                     "message": r.message,
+                    **cost(r.name),
                 }
                 for r in outcome.plan.revisions
             ],

@@ -53,7 +53,16 @@ CYCLE: dict[str, Any] = {
         "phase": "Idle",
         "message": "",
         "revisions": [
-            {"name": "cost-v1", "replicas": 2, "weight": 100, "reason": "Steady", "message": ""}
+            {"name": "cost-v1", "replicas": 2, "weight": 100, "reason": "Steady", "message": ""},
+            {
+                "name": "cost-v2",
+                "replicas": 1,
+                "weight": 0,
+                "reason": "PreScaling",
+                "message": "",
+                "cost": 1.0,
+                "costEstimate": 1.07,
+            },
         ],
     },
 }
@@ -197,6 +206,7 @@ def test_explain_prints_the_last_cycle_or_says_there_is_none(state: Path) -> Non
     assert "decision:  2 replicas (SIGNAL, signal cpu) demand 0.82 cores" in out
     assert "bounds:    min 1, max 4 -> demand 2 (requested 2)" in out
     assert "refused:   rollout promote refused: nothing to promote" in out
+    assert "1.00x (est. 1.07)" in out  # the cost sized at, held within 10 % of the estimate
     record = json.loads(servectl("explain", "cost", "--state-dir", state, "-o", "json").stdout)
     assert record == CYCLE
     none = servectl("explain", "fresh", "--state-dir", state)

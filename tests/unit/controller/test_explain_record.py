@@ -1,0 +1,34 @@
+"""``servectl explain``'s cycle record (servectl.controller.explain): every plan revision
+names the cost it is sized at and the planner's estimate behind it."""
+
+from __future__ import annotations
+
+import json
+
+from servectl.backends.sim import rollout_bench
+from servectl.backends.sim.run import run_world
+from servectl.controller.explain import cycle_record
+from servectl.sim import suite, traces
+
+
+def test_each_planned_revision_carries_its_cost_as_sized_and_as_estimated() -> None:
+    svc = suite.service()
+    trace = traces.truncate(next(t for t in traces.standard_suite(0) if t.name == "step"), 1500)
+    scenario = rollout_bench.scenario_for(trace, svc, with_rollout=True)
+    decider = rollout_bench.controller_factories(svc, rollout_bench.bench_rollout_spec())[
+        "servectl"
+    ](scenario)
+    driven = run_world(scenario, decider, record_cycles=True, record_plans=False)
+    records = [json.loads(json.dumps(cycle_record(c))) for c in driven.cycles]
+    split = [r for r in records if len(r["plan"]["revisions"]) == 2]
+    assert split, "the rollout ran"
+    costed = [x for r in split for x in r["plan"]["revisions"] if "cost" in x]
+    # Every revision the planner has a cost for (each one observed: a canary planned ahead
+    # of its first replica has none yet); the canary's among them.
+    assert {x["name"] for x in costed} == {"model-v1", "model-v2"}
+    for revision in costed:
+        assert revision["cost"] > 0 and revision["costEstimate"] > 0, revision
+        # Held only within the tolerance: never further from the estimate than 10 %.
+        off = abs(revision["costEstimate"] - revision["cost"])
+        assert off <= 0.1 * revision["cost"] + 1e-3, revision
+    assert {x["cost"] for x in costed if x["name"] == "model-v1"} == {1.0}
