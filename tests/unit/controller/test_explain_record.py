@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import json
 
-from servectl.backends.sim import rollout_bench
-from servectl.backends.sim.run import run_world
 from servectl.controller.explain import cycle_record
-from servectl.sim import suite, traces
+from tests.unit.controller.canary_run import canary_under_a_step
 
 
 def test_each_planned_revision_carries_its_cost_as_sized_and_as_estimated() -> None:
-    svc = suite.service()
-    trace = traces.truncate(next(t for t in traces.standard_suite(0) if t.name == "step"), 1500)
-    scenario = rollout_bench.scenario_for(trace, svc, with_rollout=True)
-    decider = rollout_bench.controller_factories(svc, rollout_bench.bench_rollout_spec())[
-        "servectl"
-    ](scenario)
-    driven = run_world(scenario, decider, record_cycles=True, record_plans=False)
-    records = [json.loads(json.dumps(cycle_record(c))) for c in driven.cycles]
+    records = [json.loads(json.dumps(cycle_record(c))) for c in canary_under_a_step()]
     split = [r for r in records if len(r["plan"]["revisions"]) == 2]
     assert split, "the rollout ran"
     costed = [x for r in split for x in r["plan"]["revisions"] if "cost" in x]

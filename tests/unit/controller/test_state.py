@@ -7,23 +7,14 @@ from typing import Any
 
 import pytest
 
-from servectl.backends.sim import rollout_bench
-from servectl.backends.sim.run import run_world
 from servectl.controller import state as codec
 from servectl.controller.decide import LoopState
-from servectl.sim import suite, traces
+from tests.unit.controller.canary_run import canary_under_a_step
 
 
 def _states() -> list[LoopState]:
     """Every loop state of a canary rollout under a load step (drains, analyses, holds)."""
-    svc = suite.service()
-    trace = traces.truncate(next(t for t in traces.standard_suite(0) if t.name == "step"), 1500)
-    scenario = rollout_bench.scenario_for(trace, svc, with_rollout=True)
-    decider = rollout_bench.controller_factories(svc, rollout_bench.bench_rollout_spec())[
-        "servectl"
-    ](scenario)
-    driven = run_world(scenario, decider, record_cycles=True, record_plans=False)
-    return [c.outcome.state for c in driven.cycles]
+    return [c.outcome.state for c in canary_under_a_step()]
 
 
 STATES = _states()
