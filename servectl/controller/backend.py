@@ -42,6 +42,7 @@ class EventReason(enum.StrEnum):
     METRICS_RESTORED = "MetricsRestored"
     PODS_REFUSED = "PodsRefused"  # the cluster refuses a revision's pods (admission, quota)
     CREATED = "Created"  # a new service's first revision
+    STANDBY_ACTIVATED = "StandbyActivated"  # a scale-up took warm standby replicas
     # The driver's reports (also the reason of the Ready=False condition they set):
     INVALID_SPEC = "InvalidSpec"  # servectl refuses the spec (the CRD schema let it through)
     MODEL_NOT_FOUND = "ModelNotFound"  # no model version to start a new service with

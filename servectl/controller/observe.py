@@ -41,6 +41,10 @@ class RevisionState:
     # Why the cluster refuses to create its pods, in the cluster's words ("" when it does
     # not): Pod Security admission, a quota, an admission policy.
     refused: str = ""
+    # Its warm standby pool (docs/standby.md): replicas loaded and not routed, apart from
+    # ``ready``/``starting``; ``parked``: those of them whose CPU is lowered now.
+    standby: int = 0
+    parked: int = 0
 
 
 def ready_cpu(
@@ -135,6 +139,7 @@ def observe(
                 ),
                 counters=own.counters,
                 refused=r.refused,
+                standby=r.standby,
             )
         )
     whole = metrics.service(namespace, service, serving)

@@ -30,8 +30,9 @@ class ServiceSpec:
     max_replicas: int = 100
     gpus_per_replica: int = 0
     mode: config.Mode = config.Mode.ACTIVE
-    # Warm standby replicas per serving revision (docs/standby.md). The simulator sets it;
-    # no ModelService field does yet (it comes with the local and Kubernetes parking).
+    # Warm standby replicas per revision that takes traffic (docs/standby.md):
+    # spec.autoscaling.standby.replicas, the one source of the planner's pools and the
+    # engine's knowledge of them (AutoscalingSpec.to_config); the simulator sets it too.
     standby: int = 0
 
     def revision_name(self, version: int) -> str:
@@ -67,6 +68,7 @@ def service_spec(service: models.ModelService) -> ServiceSpec:
         max_replicas=spec.autoscaling.max_replicas,
         gpus_per_replica=spec.runtime.resources.gpu,
         mode=spec.autoscaling.mode,
+        standby=spec.autoscaling.standby_replicas,
     )
 
 

@@ -138,6 +138,7 @@ def build(
                 weight=rp.weight if applied else (o.weight if o else 0),
                 desired_replicas=rp.replicas,
                 ready_replicas=o.ready if o else 0,
+                standby_replicas=(o.standby or None) if o else None,
                 model_state=(
                     models.ModelState.AVAILABLE
                     if o is not None and o.available

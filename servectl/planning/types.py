@@ -39,6 +39,7 @@ class ObservedRevision:
     refused: str = (
         ""  # why the cluster refuses to create its pods (admission, quota); "": it does not
     )
+    standby: int = 0  # its warm standby pool (loaded, not routed): apart from the above
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ the modules behind them are private and follow the document's shape, lowest firs
     meta           metadata (ObjectMeta, ModelServiceMeta)
     runtime        spec.model and spec.runtime (ModelRef, Resources, Batching, RuntimeSpec)
     pod            spec.runtime.pod (PodOptions: Kubernetes pod fields servectl passes on)
-    autoscaling    spec.autoscaling (Signal, PolicySpec, BehaviorSpec, AutoscalingSpec,
-                   ResolvedPolicy)
+    autoscaling    spec.autoscaling (Signal, PolicySpec, BehaviorSpec, StandbySpec,
+                   AutoscalingSpec, ResolvedPolicy)
     analysis       spec.rollout.analysis (AnalysisCheck, AnalysisSpec, StepAnalysis) and
                    the built-in analysis metrics
     rollout        spec.rollout (RolloutStrategy, RolloutStep, AbTestSpec, BlueGreenSpec,
@@ -57,6 +57,7 @@ from servectl.api.models.autoscaling import (
     ResolvedPolicy,
     ScalingRulesSpec,
     Signal,
+    StandbySpec,
     describe_rules,
 )
 from servectl.api.models.common import (
@@ -204,6 +205,7 @@ __all__ = [
     "SetCanaryScale",
     "Signal",
     "SpecModel",
+    "StandbySpec",
     "StatusModel",
     "StepAnalysis",
     "SurgeBudget",

@@ -17,8 +17,10 @@ from servectl.api.models.common import (
     DNS1123_SUBDOMAIN,
     Int,
     Number,
+    Quantity,
     SpecModel,
     cel_rules,
+    parse_quantity,
     spec_error,
     to_snake,
 )
@@ -315,6 +317,44 @@ class ForecastSpec(SpecModel):
         )
 
 
+PARKED_CPU_DEFAULT = "20m"
+"""What a parked standby replica's CPU quota is lowered to without ``parkedCpu``."""
+
+
+class StandbySpec(SpecModel):
+    """Warm standby replicas (docs/standby.md): started, model loaded, then parked (their
+    CPU quota lowered, no traffic) beside each revision that takes traffic. A scale-up takes
+    a parked replica first: its quota back and its route added, about a second, instead of
+    a cold start; the pool is refilled behind it. They count apart from maxReplicas."""
+
+    replicas: Int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Standby replicas per revision that takes traffic (0: none). Each keeps "
+        "its memory (the model stays loaded) and a GPU if it has one.",
+    )
+    parked_cpu: Quantity = Field(
+        default=PARKED_CPU_DEFAULT,
+        description="The CPU a parked replica keeps, e.g. 20m (enough for its readiness "
+        "checks; its requests wait for the quota to come back).",
+    )
+
+    @model_validator(mode="after")
+    def _positive_cpu(self) -> Self:
+        if parse_quantity(self.parked_cpu) <= 0:
+            raise spec_error(
+                "parkedCpu must be greater than zero",
+                field=("parkedCpu",),
+                fix=f'set a small positive quantity, e.g. parkedCpu: "{PARKED_CPU_DEFAULT}"',
+            )
+        return self
+
+    def parked_cores(self) -> float:
+        """The parked CPU in cores ("20m" -> 0.02)."""
+        return float(parse_quantity(self.parked_cpu))
+
+
 class AutoscalingSpec(SpecModel):
     """How many replicas to run, decided from signals and an optional CEL policy."""
 
@@ -363,6 +403,10 @@ class AutoscalingSpec(SpecModel):
         description="Omitted: on, learning a day and a week of request rates; the forecast "
         "pre-scales one cold start ahead and never below what the signals ask for.",
     )
+    standby: StandbySpec | None = Field(
+        default=None,
+        description="Omitted: no standby replicas; every scale-up is a cold start.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -403,7 +447,13 @@ class AutoscalingSpec(SpecModel):
                 else float(self.cold_start_seconds)
             ),
             forecast=_FORECAST_DEFAULT if self.forecast is None else self.forecast.to_config(),
+            standby=self.standby_replicas,
         )
+
+    @property
+    def standby_replicas(self) -> int:
+        """Standby replicas per revision that takes traffic (0 without ``standby``)."""
+        return 0 if self.standby is None else self.standby.replicas
 
     @property
     def inline_cel(self) -> str | None:

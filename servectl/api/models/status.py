@@ -33,6 +33,11 @@ class RevisionStatus(StatusModel):
     weight: Int = Field(default=0, ge=0, le=100, description="Percent of traffic it receives.")
     desired_replicas: Int = Field(default=0, ge=0, description="Replicas the planner asks for.")
     ready_replicas: Int = Field(default=0, ge=0, description="Replicas serving now.")
+    standby_replicas: Int | None = Field(
+        default=None,
+        ge=0,
+        description="Warm standby replicas kept beside it (loaded, not routed); omitted: none.",
+    )
     model_state: ModelState = Field(
         default=ModelState.UNKNOWN, description="TF Serving's state of the version."
     )

@@ -5,7 +5,8 @@ one Prometheus round, and faults reported in each ModelService's status.
 Listing also does the object lifecycle around the loop: a ModelService being deleted has
 what it owns deleted and then its finalizer removed (it is not listed); a new one gets
 the finalizer; a spec the CRD schema let through but servectl refuses (no
-``model.version``, a model source it cannot mount) is listed with the reason, and the
+``model.version``, a model source it cannot mount, a standby pool, which only the local
+runtime parks yet) is listed with the reason, and the
 driver sets ``Ready=False`` (``InvalidSpec``): nothing is created.
 """
 
@@ -103,6 +104,12 @@ class KubeFleet:
                             "cannot list basePath); set the version to serve"
                         )
                     obj.model_source(service.spec.model.base_path)
+                    if service.spec.autoscaling.standby_replicas > 0:
+                        raise ValueError(
+                            "spec.autoscaling.standby: not on Kubernetes yet (parking by "
+                            "in-place resize is the local runtime's only; docs/standby.md); "
+                            "remove it or set standby.replicas: 0"
+                        )
                 except ValueError as exc:
                     listed.append(Listed(key[0], key[1], generation, None, str(exc)))
                     continue

@@ -10,9 +10,11 @@ hands it the tick's one Prometheus snapshot, and runs ``reconcile_once`` on it:
   (ready: the model version is AVAILABLE and HAProxy routes to it), the weights HAProxy
   applies now, the metrics and the custom analysis checks measured in that snapshot;
 - **commands**: the user's rollout commands from the store's queue (taken once);
-- **apply**: starts replicas a revision lacks, marks the ones it has too many of as
-  draining, and makes the service's route (:attr:`LocalBackend.route`: the plan's weights
-  and header route over the replicas that serve). The runtime sends every service's
+- **apply**: starts replicas a revision lacks (taking its warm standby pool first:
+  :mod:`~servectl.backends.local.standby`), marks the ones it has too many of as
+  draining, parks the pool's READY replicas, and makes the service's route
+  (:attr:`LocalBackend.route`: the plan's weights and header route over the replicas
+  that serve). The runtime sends every service's
   route to HAProxy once per tick, takes a draining replica out of HAProxy, waits for its
   in-flight requests (up to ``drainSeconds``) and only then stops it (SIGTERM, then
   SIGKILL after the grace period);
@@ -37,12 +39,13 @@ from servectl.api import models
 from servectl.api.models import ModelServiceStatus, RolloutPhase
 from servectl.backends import client as protocol
 from servectl.backends.local import router as router_mod
+from servectl.backends.local import standby as pool_mod
 from servectl.backends.local import supervisor as sup
 from servectl.backends.local.record import RevisionRecord, ServiceRecord
 from servectl.backends.local.store import CommandOutcome, Store
 from servectl.backends.local.versions import ModelPathError, check_version, versions_on_disk
 from servectl.controller import state as state_codec
-from servectl.controller.backend import Event, EventReason
+from servectl.controller.backend import Event, EventReason, EventType
 from servectl.controller.decide import Command
 from servectl.controller.observe import RevisionState, observe
 from servectl.controller.spec import route_match
@@ -66,26 +69,14 @@ def pod_name(revision: str, ordinal: int) -> str:
     return f"{revision}-{ordinal}"
 
 
-def _victim_order(replica: sup.Replica) -> tuple[int, int]:
-    """Scale-down order: replicas that do not serve yet go first, then the newest."""
-    serving = 1 if replica.phase is sup.Phase.READY else 0
-    ordinal = int(replica.spec.pod.rsplit("-", 1)[1]) if "-" in replica.spec.pod else 0
-    return (serving, -ordinal)
-
-
 def scale_revision(
     replicas: Sequence[sup.Replica], draining: Iterable[str], target: int
 ) -> tuple[int, list[str]]:
     """How many replicas to start and which to drain so the revision has ``target``
-    replicas that are not leaving (``replicas``: the revision's, from the supervisor)."""
-    leaving = set(draining)
-    staying = [
-        r for r in replicas if r.spec.pod not in leaving and r.phase is not sup.Phase.STOPPING
-    ]
-    if len(staying) < target:
-        return target - len(staying), []
-    excess = sorted(staying, key=_victim_order)[: len(staying) - target]
-    return 0, [r.spec.pod for r in excess]
+    replicas that are not leaving (``replicas``: the revision's, from the supervisor), with
+    no standby pool (:func:`servectl.backends.local.standby.scale` with one)."""
+    moves = pool_mod.scale(replicas, draining, (), target)
+    return moves.start, list(moves.drain)
 
 
 def desired_route(
@@ -97,12 +88,14 @@ def desired_route(
 ) -> router_mod.ServiceRoute:
     """The route HAProxy should run for the service: each revision's weight, its READY
     replicas as endpoints, draining ones marked draining (no new requests). A replica
-    that is not READY is never routed to."""
+    that is not READY, or is in a standby pool, is never routed to."""
     by_revision: dict[str, list[router_mod.Endpoint]] = {}
     for replica in replicas:
         if replica.rest_port is None or replica.grpc_port is None:
             continue
         pod = replica.spec.pod
+        if pod in record.standby:
+            continue
         draining = pod in record.draining
         if replica.phase is not sup.Phase.READY and not draining:
             continue
@@ -168,6 +161,26 @@ def match_of(spec: models.ModelServiceSpec) -> router_mod.Match | None:
     return router_mod.Match(kind, match.name, match.value, revision="")
 
 
+def activated(
+    revision: str, moves: pool_mod.Moves, parked: Mapping[str, float], wall: float, now: float
+) -> Event:
+    """The event of a scale-up that took standby replicas: which, how long parked, and the
+    refill."""
+    taken = ", ".join(
+        f"{pod} (parked {wall - parked[pod]:.0f} s)" if pod in parked else f"{pod} (loading)"
+        for pod in moves.activate
+    )
+    refill = f"; {moves.start_standby} started to refill the pool" if moves.start_standby else ""
+    cold = f"; {moves.start} more started cold" if moves.start else ""
+    return Event(
+        now,
+        EventType.NORMAL,
+        EventReason.STANDBY_ACTIVATED,
+        f"{revision}: took {len(moves.activate)} from the standby pool, serving without a "
+        f"cold start: {taken}{cold}{refill}",
+    )
+
+
 # ------------------------------------------------------------------------ the backend
 
 
@@ -215,6 +228,7 @@ class LocalBackend:
         self.errors: list[str] = []  # what apply could not do, for the runtime's log
         self._taken: list[int] = []  # commands this cycle took, not yet answered
         self._outcomes: dict[int, tuple[CommandOutcome, str]] = {}
+        self._events: list[Event] = []  # apply's own (standby activations), for emit
 
     # -- helpers
 
@@ -269,7 +283,13 @@ class LocalBackend:
             return states
         record = self.record
         for rev, applied in sorted(record.revisions.items()):
-            pods = [r for r in mine if r.spec.revision == rev]
+            every = [r for r in mine if r.spec.revision == rev]
+            pool = [
+                r
+                for r in every
+                if r.spec.pod in record.standby and r.spec.pod not in record.draining
+            ]
+            pods = [r for r in every if r.spec.pod not in record.standby]  # serving
             draining = [r for r in pods if r.spec.pod in record.draining]
             ready = [
                 r
@@ -292,6 +312,8 @@ class LocalBackend:
                     draining=len(draining),
                     weight=weight,
                     available=bool(ready),
+                    standby=len(pool),
+                    parked=sum(1 for r in pool if r.spec.pod in record.parked),
                     ready_pods=frozenset(
                         r.spec.pod
                         for r in ready
@@ -366,9 +388,10 @@ class LocalBackend:
         self._outcomes = {}
 
     def apply(self, plan: Plan, now: float) -> None:
-        """Start the replicas a revision lacks, mark the ones too many as draining, and
-        make the route (:attr:`route`) the plan's weights over the replicas that serve;
-        the record goes to the store. A new service gets its front ports here."""
+        """Start the replicas a revision lacks (its standby pool first), mark the ones too
+        many as draining, park the pool's READY replicas, and make the route
+        (:attr:`route`) the plan's weights over the replicas that serve; the record goes to
+        the store. A new service gets its front ports here."""
         wall = self._wall()
         if self.record is None:
             if self._allocate_ports is None:
@@ -376,19 +399,32 @@ class LocalBackend:
             rest, grpc = self._allocate_ports()
             self.record = ServiceRecord(rest_port=rest, grpc_port=grpc)
         mine = self.own_replicas()
+        alive = [r.spec.pod for r in mine]
         draining = dict(self.record.draining)
+        pool = pool_mod.present(self.record.standby, alive)
+        parked = pool_mod.present(self.record.parked, alive)
         ordinal = self.record.next_ordinal
         revisions = {
             r.name: RevisionRecord(version=r.version, replicas=r.replicas, weight=r.weight)
             for r in plan.revisions
         }
+        standby = {r.name: r.standby for r in plan.revisions}
         for rev in sorted(set(revisions) | {r.spec.revision for r in mine}):
             pods = [r for r in mine if r.spec.revision == rev]
-            target = revisions[rev].replicas if rev in revisions else 0
-            start, drain = scale_revision(pods, draining, target)
-            for pod in drain:
+            moves = pool_mod.scale(
+                pods,
+                draining,
+                pool,
+                revisions[rev].replicas if rev in revisions else 0,
+                standby.get(rev, 0),
+            )
+            for pod in moves.drain:
                 draining[pod] = wall
-            for _ in range(start):
+            for pod in moves.activate:
+                del pool[pod]
+            if moves.activate:
+                self._events.append(activated(rev, moves, parked, wall, now))
+            for joins in (False,) * moves.start + (True,) * moves.start_standby:
                 version = revisions[rev].version
                 try:
                     started = self.supervisor.start(
@@ -399,15 +435,53 @@ class LocalBackend:
                     break
                 ordinal += 1
                 self._started.append(started)
+                if joins:
+                    pool[started.spec.pod] = wall
+        self._set_quotas(self.own_replicas(), pool, parked, draining, wall)
         self.record = replace(
             self.record,
             revisions=revisions,
             header=plan.header_revision,
             draining=draining,
             next_ordinal=ordinal,
+            standby=pool,
+            parked=parked,
         )
         self._route = self._route_for(self.record)
         self.store.put_runtime(self.namespace, self.name, self.record.to_dict(), now=wall)
+
+    def _set_quotas(
+        self,
+        replicas: Sequence[sup.Replica],
+        pool: Mapping[str, float],
+        parked: dict[str, float],
+        draining: Mapping[str, float],
+        wall: float,
+    ) -> None:
+        """Park the pool's READY replicas at ``standby.parkedCpu`` and give the ones that
+        serve now (or load again) their CPU back; ``parked`` is updated in place. A quota
+        that cannot be written is retried next tick (an error for the runtime's log)."""
+        changes = pool_mod.quota(replicas, pool, parked, draining)
+        if not changes.park and not changes.unpark:
+            return
+        config = self.service.spec.autoscaling.standby
+        low = config.parked_cores() if config is not None else None
+        for pod in changes.unpark:
+            try:
+                self.supervisor.set_cpu(pod, None)
+            except sup.SupervisorError as exc:
+                self.errors.append(f"cannot give a parked replica its CPU back: {exc}")
+                continue
+            del parked[pod]
+        for pod in changes.park:
+            if low is None:  # the spec no longer asks for standby: it drains instead
+                continue
+            try:
+                self.supervisor.set_cpu(pod, low)
+            except sup.SupervisorError as exc:
+                self.errors.append(f"cannot park a standby replica: {exc}")
+                continue
+            parked[pod] = wall  # also where the CPU is not limited: nothing to lower
 
     def replica_spec(self, revision: str, version: int, pod: str) -> sup.ReplicaSpec:
         spec = self.service.spec
@@ -469,6 +543,7 @@ class LocalBackend:
     def emit(self, events: Sequence[Event]) -> None:
         if self._taken or self._outcomes:  # the cycle's last act: its commands answered
             self._settle(events)
+        events, self._events = [*self._events, *events], []
         if not events:
             return
         self.store.append_events(

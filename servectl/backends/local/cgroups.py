@@ -276,6 +276,19 @@ class Group:
         for directory in self.dirs:
             _write(directory / "cgroup.procs", str(pid))
 
+    def set_cpu(self, cores: float | None) -> bool:
+        """Rewrite the group's CPU quota to ``cores`` (None: unlimited) while its processes
+        run: how a standby replica is parked and unparked (docs/standby.md). False where
+        the group has no CPU controller (nothing is limited)."""
+        if self.cpu_dir is None:
+            return False
+        quota = None if cores is None else cpu_quota_us(cores)
+        if (self.cpu_dir / "cpu.max").exists():  # v2
+            _write(self.cpu_dir / "cpu.max", f"{'max' if quota is None else quota} {CFS_PERIOD_US}")
+        else:
+            _write(self.cpu_dir / "cpu.cfs_quota_us", "-1" if quota is None else str(quota))
+        return True
+
     def remove(self) -> None:
         """Delete the group's directories (its processes must have exited); gone is fine."""
         for directory in self.dirs:

@@ -25,8 +25,10 @@ class RevisionRecord:
 class ServiceRecord:
     """What the runtime keeps per service in the store (``runtime`` table), besides the
     spec, status and loop state: its front ports, revisions as applied, the header
-    route, replicas draining (pod -> when the drain began, wall clock), and the next
-    replica ordinal (pod names are ``<revision>-<ordinal>``, never reused)."""
+    route, replicas draining (pod -> when the drain began, wall clock), the standby pool
+    (pod -> when it was started for the pool) and which of it is parked (pod -> when its
+    CPU quota was lowered), so that a restarted controller adopts the pool as it is; and
+    the next replica ordinal (pod names are ``<revision>-<ordinal>``, never reused)."""
 
     rest_port: int
     grpc_port: int
@@ -34,6 +36,8 @@ class ServiceRecord:
     header: str | None = None
     draining: Mapping[str, float] = field(default_factory=dict)
     next_ordinal: int = 0
+    standby: Mapping[str, float] = field(default_factory=dict)
+    parked: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +50,8 @@ class ServiceRecord:
             "header": self.header,
             "draining": dict(sorted(self.draining.items())),
             "nextOrdinal": self.next_ordinal,
+            "standby": dict(sorted(self.standby.items())),
+            "parked": dict(sorted(self.parked.items())),
         }
 
     @classmethod
@@ -62,4 +68,6 @@ class ServiceRecord:
             header=data.get("header"),
             draining={str(k): float(v) for k, v in dict(data.get("draining", {})).items()},
             next_ordinal=int(data.get("nextOrdinal", 0)),
+            standby={str(k): float(v) for k, v in dict(data.get("standby", {})).items()},
+            parked={str(k): float(v) for k, v in dict(data.get("parked", {})).items()},
         )

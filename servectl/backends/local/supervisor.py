@@ -327,6 +327,23 @@ class Supervisor:
         slot = self._slots.get(pod)
         return None if slot is None else slot.view()
 
+    def set_cpu(self, pod: str, cores: float | None) -> bool:
+        """Set ``pod``'s CPU quota to ``cores`` while it runs, no restart (None: its spec's
+        own): how the local runtime parks a standby replica and activates it. The quota
+        stays through a restart of the process (its group is kept). False where its CPU is
+        not limited (no cgroup; nothing to park). Raises :class:`SupervisorError` for an
+        unknown pod or a quota the kernel refuses."""
+        self._check_open()
+        slot = self._slots.get(pod)
+        if slot is None:
+            raise SupervisorError(f"no replica {pod}")
+        if slot.group is None:
+            return False
+        try:
+            return slot.group.set_cpu(slot.spec.cpu_cores if cores is None else cores)
+        except (cgroups.CgroupError, ValueError) as exc:
+            raise SupervisorError(f"{pod}: cannot set its CPU quota: {exc}") from exc
+
     def kill(self, pod: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the replica's process (chaos, tests); no bookkeeping: the next
         ``poll`` sees what happened."""
