@@ -46,6 +46,7 @@ def _summary_of(row: Any, status: dict[str, Any], endpoints: Endpoints | None) -
         "model": spec.get("model", {}).get("name"),
         "ready": ready,
         "desired": desired,
+        "standby": sum(r.get("standbyReplicas", 0) for r in revisions),
         "weights": {r["name"]: r.get("weight", 0) for r in revisions},
         "rollout": rollout.get("phase", "Idle"),
         "step": rollout.get("step"),
@@ -123,9 +124,10 @@ def _emit_services(output: Output, rows: list[ServiceSummary]) -> None:
             for s in summaries
         ],
         records=summaries,
-        wide_header=["NAMESPACE", "MIN", "MAX", "DECIDED BY"],
+        wide_header=["NAMESPACE", "MIN", "MAX", "STANDBY", "DECIDED BY"],
         wide_rows=[
-            [s["namespace"], str(s["min"]), str(s["max"]), s["decidedBy"] or "-"] for s in summaries
+            [s["namespace"], str(s["min"]), str(s["max"]), str(s["standby"]), s["decidedBy"] or "-"]
+            for s in summaries
         ],
     )
 
@@ -194,7 +196,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
     if revisions:
         console.print_table(
             "Revisions",
-            ["NAME", "VERSION", "WEIGHT", "DESIRED", "READY", "MODEL"],
+            ["NAME", "VERSION", "WEIGHT", "DESIRED", "READY", "STANDBY", "MODEL"],
             [
                 [
                     r["name"],
@@ -202,6 +204,7 @@ def _print_description(d: Description, doc: dict[str, Any]) -> None:
                     f"{r.get('weight', 0)}%",
                     str(r.get("desiredReplicas", 0)),
                     str(r.get("readyReplicas", 0)),
+                    str(r.get("standbyReplicas", 0)),
                     str(r.get("modelState", "-")),
                 ]
                 for r in revisions
@@ -415,12 +418,13 @@ def _explain_status(record: dict[str, Any]) -> None:
     if revisions:
         console.print_table(
             "Revisions",
-            ["REVISION", "DESIRED", "READY", "WEIGHT", "MODEL"],
+            ["REVISION", "DESIRED", "READY", "STANDBY", "WEIGHT", "MODEL"],
             [
                 [
                     r["name"],
                     str(r.get("desiredReplicas", 0)),
                     str(r.get("readyReplicas", 0)),
+                    str(r.get("standbyReplicas", 0)),
                     f"{r.get('weight', 0)}%",
                     str(r.get("modelState", "-")),
                 ]

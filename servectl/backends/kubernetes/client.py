@@ -306,6 +306,7 @@ class KubeClient:
             )
         try:
             obj.model_source(spec.model.base_path)
+            obj.check_supported(spec)
         except ValueError as exc:
             raise ClientError(str(exc)) from None
         library: dict[str, models.ScalingPolicy] = {}

@@ -104,12 +104,7 @@ class KubeFleet:
                             "cannot list basePath); set the version to serve"
                         )
                     obj.model_source(service.spec.model.base_path)
-                    if service.spec.autoscaling.standby_replicas > 0:
-                        raise ValueError(
-                            "spec.autoscaling.standby: not on Kubernetes yet (parking by "
-                            "in-place resize is the local runtime's only; docs/standby.md); "
-                            "remove it or set standby.replicas: 0"
-                        )
+                    obj.check_supported(service.spec)
                 except ValueError as exc:
                     listed.append(Listed(key[0], key[1], generation, None, str(exc)))
                     continue

@@ -201,6 +201,16 @@ class ModelSource:
 _PVC = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/.*)?$")
 
 
+def check_supported(spec: models.ModelServiceSpec) -> None:
+    """Raises ValueError, naming the field, for what the spec asks that this backend does
+    not do yet: a warm standby pool (parking by in-place resize; docs/standby.md)."""
+    if spec.autoscaling.standby_replicas > 0:
+        raise ValueError(
+            "spec.autoscaling.standby: not on Kubernetes yet (only the local runtime parks "
+            "standby replicas; docs/standby.md); remove it or set standby.replicas: 0"
+        )
+
+
 def model_source(base_path: str) -> ModelSource:
     """Where ``spec.model.basePath`` points; raises ValueError naming the field."""
     if base_path.startswith(("s3://", "gs://")):

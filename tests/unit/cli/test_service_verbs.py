@@ -135,7 +135,7 @@ def test_get_lists_ready_weights_rollout_and_the_endpoint(state: Path) -> None:
         "http://127.0.0.1:8501",
         "127.0.0.1:8500",
     ]
-    assert cost.split()[-4:] == ["default", "1", "10", "cpu"]
+    assert cost.split()[-5:] == ["default", "1", "10", "0", "cpu"]
     records = [
         json.loads(line)
         for line in servectl("get", "--state-dir", state, "-o", "json").stdout.splitlines()

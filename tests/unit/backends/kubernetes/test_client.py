@@ -391,6 +391,18 @@ def test_deploy_refuses_what_the_cluster_cannot_serve_naming_the_field(
     assert kube.writes == []
 
 
+def test_deploy_refuses_a_standby_pool_until_kubernetes_parks_one(
+    kube: FakeKube, client: kc.KubeClient
+) -> None:
+    doc = ms_doc()
+    doc["spec"]["autoscaling"]["standby"] = {"replicas": 1}
+    with pytest.raises(kc.ClientError, match=r"spec\.autoscaling\.standby: not on Kubernetes"):
+        client.deploy(service(doc))
+    assert kube.writes == []
+    doc["spec"]["autoscaling"]["standby"] = {"replicas": 0}
+    assert client.deploy(service(doc)).created
+
+
 def test_deploy_refuses_a_cel_policy_that_does_not_compile(
     kube: FakeKube, client: kc.KubeClient
 ) -> None:
