@@ -134,8 +134,8 @@ def bench(
             help=(
                 "Instead: the local runtime's figures in one run (router split and overhead, "
                 "controller CPU per tick at 1, 10 and --services services, a real replica's "
-                "start and memory, the demo); needs haproxy, prometheus and TensorFlow. "
-                "About 8 minutes."
+                "start and memory, the demo without and with a warm standby replica); needs "
+                "haproxy, prometheus and TensorFlow. About 12 minutes."
             ),
         ),
     ] = False,
@@ -155,9 +155,10 @@ def bench(
         str,
         typer.Option(
             "--parts",
-            help="With --local: which parts, comma-separated (router,controller,replica,demo).",
+            help="With --local: which parts, comma-separated (router,controller,replica,demo,"
+            "standby: the demo again with one warm standby replica).",
         ),
-    ] = "router,controller,replica,demo",
+    ] = "router,controller,replica,demo,standby",
     ticks: Annotated[
         int, typer.Option(min=3, help="With --local: controller ticks timed per service count.")
     ] = 20,

@@ -47,6 +47,17 @@ def demo(
             show_default=False,
         ),
     ] = None,
+    standby: Annotated[
+        int,
+        typer.Option(
+            "--standby",
+            min=0,
+            max=8,
+            help="Keep N warm standby replicas beside the serving ones (loaded, parked at "
+            "20m CPU, taken first by the step: no cold start; docs/standby.md). Local "
+            "runtime only.",
+        ),
+    ] = 0,
     keep: Annotated[
         bool,
         typer.Option(
@@ -112,6 +123,11 @@ def demo(
     if kubernetes:
         from servectl.demo import kubernetes as kube_demo
 
+        if standby:
+            raise fail(
+                "--standby is for the local runtime: the Kubernetes backend does not park "
+                "standby replicas yet (docs/standby.md); drop --standby or --kubernetes"
+            )
         out_dir = out_dir or Path("servectl-demo-k8s")
         logs = "logs in --out (node/, monitoring/, logs/)"
     else:
@@ -122,7 +138,7 @@ def demo(
             raise fail(f"{' and '.join(missing)} not found: apt-get install {' '.join(missing)}", 1)
         out_dir = out_dir or Path("servectl-demo")
         logs = f"state and logs in {out_dir.resolve() / 'state'}"
-    settings = DemoSettings(out=out_dir.resolve(), step=step, keep=keep)
+    settings = DemoSettings(out=out_dir.resolve(), step=step, keep=keep, standby=standby)
     if kubernetes:
         settings = kube_demo.defaults(settings)
     if base_rps is not None:

@@ -140,6 +140,20 @@ class LocalTarget:
             )
 
         self._wait(ready, 120, "cost-v1 to be ready")
+        if self.settings.standby:
+            # Its pool loads beside it at full CPU: the pace (a request timed alone) waits
+            # until it is parked, so it measures the machine as the step will find it.
+            self.say(f"waiting for {self.settings.standby} standby replica(s) to park ...")
+            self._wait(self._parked, 120, "the standby pool to park")
+
+    def _parked(self) -> bool:
+        """Whether the service's standby pool is whole and parked (the runtime's record)."""
+        record = self.client.record(NAMESPACE, SERVICE)
+        return (
+            record is not None
+            and len(record.parked) >= self.settings.standby
+            and set(record.parked) <= set(record.standby)
+        )
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
         wait_until(check, timeout_s, what, self.check)

@@ -54,7 +54,13 @@ def report_markdown(result: DemoResult) -> str:
         f"Measured on {result.where}, on this machine ({os.cpu_count()} cores), in "
         f"{result.wall_s:.0f} s ({result.setup_s:.0f} s of set-up). "
         f"Load: {s.base_rps:g} req/s, stepping x{s.step:g}; SLO p99 {s.slo_ms:g} ms; "
-        f"replicas of {s.cpu} CPU each, at most {s.max_replicas}.",
+        f"replicas of {s.cpu} CPU each, at most {s.max_replicas}"
+        + (
+            f", and {s.standby} warm standby replica{'s' if s.standby > 1 else ''} per "
+            "serving revision (parked, taken first by a scale-up)."
+            if s.standby
+            else "."
+        ),
         "",
         "| phase | time | outcome | requests | failed |",
         "|---|---|---|---|---|",
@@ -69,6 +75,8 @@ def report_markdown(result: DemoResult) -> str:
         "",
         "- load step to the first scale-up decision: "
         + (f"{result.decision_s:.1f} s" if result.decision_s is not None else "none"),
+        "- load step to the first replica it added serving: "
+        + (f"{result.capacity_s:.0f} s" if result.capacity_s is not None else "none"),
         f"- load step to p99 back under {s.slo_ms:g} ms (and staying 5 s): "
         + (f"{result.recovered_s:.1f} s" if result.recovered_s is not None else "not seen"),
         "",

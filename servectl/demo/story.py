@@ -85,6 +85,8 @@ class DemoSettings:
     """Lower ``base_rps`` where one replica would be over PACE_BUSY busy on it (see pace)."""
     pace_slo: bool = True
     """Raise ``slo_ms`` to PACE_SLO_SERVICE_TIMES service times where that is more."""
+    standby: int = 0
+    """Warm standby replicas per serving revision (``spec.autoscaling.standby``; 0: none)."""
 
     @property
     def models(self) -> Path:
@@ -117,7 +119,7 @@ ROLLOUT: dict[str, Any] = {
 def autoscaling(settings: DemoSettings, cold_start_s: float) -> dict[str, Any]:
     """CPU and p99 signals; ``cold_start_s``: how long a new replica takes to serve there
     (the engine projects a rising load over it)."""
-    return {
+    doc: dict[str, Any] = {
         "minReplicas": 1,
         "maxReplicas": settings.max_replicas,
         "signals": [
@@ -127,6 +129,9 @@ def autoscaling(settings: DemoSettings, cold_start_s: float) -> dict[str, Any]:
         "behavior": {"scaleDown": {"stabilizationSeconds": 20}},
         "coldStartSeconds": cold_start_s,
     }
+    if settings.standby:
+        doc["standby"] = {"replicas": settings.standby}
+    return doc
 
 
 class Target(Protocol):
@@ -315,6 +320,7 @@ class DemoResult:
     wall_s: float  # the whole demo, set-up included
     setup_s: float = 0.0  # of which set-up (builds, runtime start, first deploy)
     notes: list[str] = field(default_factory=list)  # lines the report adds, per runtime
+    capacity_s: float | None = None  # load step -> the first replica it added serving
     report: Path | None = None
     plot: Path | None = None
 
@@ -649,6 +655,7 @@ class Story:
             step_t=t_step,
             decision_s=decision_s,
             recovered_s=recovered_s,
+            capacity_s=capacity_figure(recorder.samples, t_step),
             wall_s=time.monotonic() - started,
             setup_s=setup_s,
         )
@@ -675,6 +682,21 @@ def scaled_up(message: str) -> bool:
         return int(after) > int(before)
     except (IndexError, ValueError):
         return False
+
+
+def capacity_figure(samples: Sequence[Sample], t_step: float) -> float | None:
+    """Load step -> the first sample with more ready replicas than at the step (a sample a
+    second: a cold start's replica, or a standby one taken), or None if none came."""
+    before = [s for s in samples if s.t <= t_step]
+    if not before:
+        return None
+    at_step = sum(r.get("ready", 0) for r in before[-1].revisions.values())
+    for sample in samples:
+        if sample.t > t_step and sum(r.get("ready", 0) for r in sample.revisions.values()) > (
+            at_step
+        ):
+            return sample.t - t_step
+    return None
 
 
 def step_figures(

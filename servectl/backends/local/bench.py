@@ -14,7 +14,10 @@ Four parts, run one after the other on this machine (pick with ``parts``):
   runtime at half a core: start to READY, memory (resident, proportional, charged to its
   memory cgroup), and the latency HAProxy adds to a real predict;
 - ``demo``: ``servectl demo`` itself (load step ×5 to the first scale-up decision, step to
-  p99 back under the SLO, requests and the failures servectl caused, its duration).
+  p99 back under the SLO, requests and the failures servectl caused, its duration);
+- ``standby``: the same demo with one warm standby replica per serving revision
+  (``servectl demo --standby 1``; docs/standby.md), its figures beside the ``demo`` part's
+  (``key`` ``step_to_p99_under_slo_s`` with ``standby`` true and false in ``-o json``).
 
 Every figure is a :class:`Figure`; the CLI prints them as one table (or JSON/YAML).
 """
@@ -62,6 +65,7 @@ class Part(enum.StrEnum):
     CONTROLLER = "controller"
     REPLICA = "replica"
     DEMO = "demo"
+    STANDBY = "standby"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class Figure:
     value: float | None
     unit: str
     detail: str = ""
+    key: str = ""  # a stable name for scripts (``step_to_p99_under_slo_s``), where it has one
+    standby: bool | None = None  # measured with a warm standby pool, where that matters
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -553,41 +559,61 @@ def replica_figures(
 # ----------------------------------------------------------------------------- demo
 
 
-def demo_figures(work: Path, *, progress: Progress = _quiet) -> list[Figure]:
-    """``servectl demo`` under ``work/demo``: its measured figures."""
+def demo_figures(work: Path, *, standby: int = 0, progress: Progress = _quiet) -> list[Figure]:
+    """``servectl demo`` under ``work/demo`` (``--standby N`` under ``work/demo-standby``,
+    the ``standby`` part): its measured figures."""
     from servectl.demo import local
     from servectl.demo.story import DemoSettings
 
-    settings = DemoSettings(out=work / "demo")
-    result = local.run(settings, lambda line: progress(f"demo: {line}"))
+    part = Part.STANDBY if standby else Part.DEMO
+    settings = DemoSettings(out=work / ("demo-standby" if standby else "demo"), standby=standby)
+    result = local.run(settings, lambda line: progress(f"{part.value}: {line}"))
+    settings = result.settings  # as paced on this machine
     requests = sum(p.requests for p in result.phases)
     failures = sum(p.failures for p in result.phases)
     model = sum(p.model_failures for p in result.phases)
+    pool = f"; {standby} standby replica{'s' if standby > 1 else ''}" if standby else ""
+    with_pool = standby > 0
     return [
         Figure(
-            Part.DEMO,
+            part,
             "load step ×5 to the first scale-up decision",
             result.decision_s,
             "s",
             f"{settings.base_rps:g} -> {settings.base_rps * settings.step:g} requests/s; "
-            "goal ≤ 5 s",
+            f"goal ≤ 5 s{pool}",
+            key="step_to_decision_s",
+            standby=with_pool,
         ),
         Figure(
-            Part.DEMO,
+            part,
+            "load step to the first added replica serving",
+            result.capacity_s,
+            "s",
+            "its ready count, sampled each second" + pool,
+            key="step_to_capacity_s",
+            standby=with_pool,
+        ),
+        Figure(
+            part,
             "load step to p99 back under the SLO",
             result.recovered_s,
             "s",
-            f"SLO {settings.slo_ms:g} ms, and staying under it",
+            f"SLO {settings.slo_ms:g} ms, and staying under it{pool}",
+            key="step_to_p99_under_slo_s",
+            standby=with_pool,
         ),
-        Figure(Part.DEMO, "requests", requests, "requests", "every phase, Locust's count"),
+        Figure(part, "requests", requests, "requests", "every phase, Locust's count"),
         Figure(
-            Part.DEMO,
+            part,
             "failed requests servectl caused",
             failures - model,
             "requests",
             f"{failures} failed in all, {model} of them the failing v3's own",
+            key="failed_requests",
+            standby=with_pool,
         ),
-        Figure(Part.DEMO, "the demo, start to report", result.wall_s, "s"),
+        Figure(part, "the demo, start to report", result.wall_s, "s"),
     ]
 
 
@@ -638,6 +664,8 @@ def run(
                 figures += controller_figures(work, services, ticks=ticks, progress=progress)
             elif part is Part.REPLICA:
                 figures += replica_figures(work, progress=progress)
+            elif part is Part.STANDBY:
+                figures += demo_figures(work, standby=1, progress=progress)
             else:
                 figures += demo_figures(work, progress=progress)
         except (

@@ -22,6 +22,7 @@ from servectl.demo.story import (
     Recorder,
     Sample,
     Story,
+    capacity_figure,
     cores,
     p99_of,
     revisions_of,
@@ -140,6 +141,17 @@ def test_step_figures_are_the_first_scale_up_and_five_samples_under_the_slo() ->
     assert decision == pytest.approx(4.5)
     assert recovered == pytest.approx(24.0 - 15.0)
     assert step_figures([], [sample(16, None)], 15.0, 250) == (None, None)
+
+
+def test_capacity_is_the_first_sample_with_more_ready_replicas_than_at_the_step() -> None:
+    def ready(t: float, *counts: int) -> Sample:
+        revisions = {f"cost-v{i}": {"ready": n} for i, n in enumerate(counts)}
+        return Sample(t, "scale-up", 25.0, 20.0, None, None, "Idle", revisions)
+
+    samples = [ready(14, 2), ready(15, 2), ready(16, 1, 1), ready(17, 2), ready(19, 2, 1)]
+    assert capacity_figure(samples, t_step=15.0) == pytest.approx(4.0)  # 16: 2 in all
+    assert capacity_figure(samples[:4], t_step=15.0) is None
+    assert capacity_figure(samples[2:], t_step=15.0) is None  # nothing sampled before it
 
 
 def test_the_story_waits_names_what_it_waited_for_and_stops_when_the_runtime_does(
