@@ -188,6 +188,12 @@ def test_stop_says_when_there_is_nothing_to_stop(monkeypatch: pytest.MonkeyPatch
     assert done.exit_code != 0 and "--stop is for --kubernetes" in flat(done.output)
 
 
+def test_standby_is_refused_on_kubernetes_in_one_line() -> None:
+    done = servectl("demo", "--kubernetes", "--standby", "1")
+    assert done.exit_code != 0
+    assert "--standby is for the local runtime" in flat(done.output)
+
+
 def test_help_says_what_a_first_run_builds_and_how_long_it_takes() -> None:
     text = flat(servectl("demo", "--help").output)
     assert "--kubernetes" in text and "--stop" in text
