@@ -196,6 +196,10 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
     )
     try:
         until(lambda: metrics_condition(node, name).get("status") == "True", "metrics", 90)
+        # The size it holds is the one it has when the signals go: 1 at the base load, or
+        # 2 where a fresh replica's first slow requests made it scale out at the start
+        # (CI, 2026-12-06: held at 2 throughout, correctly, and the test expected 1).
+        before = desired()
         monitoring.prometheus.stop()
         stopped = time.monotonic()
         until(
@@ -222,8 +226,9 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
         monitoring.prometheus.start()
         restarted = time.monotonic()
         until(lambda: metrics_condition(node, name).get("status") == "True", "metrics back", 90)
+        assert before < 3, f"at the most (3) before the outage: {scalings(node, name)}"
         try:
-            until(lambda: desired() >= 2, "the scale-out once metrics are back", 90)
+            until(lambda: desired() > before, "the scale-out once metrics are back", 90)
         except AssertionError as error:
             said = (get(node, path).get("status") or {}).get("autoscaling")
             raise AssertionError(f"{error}: {said}; {scalings(node, name)}") from None
@@ -237,7 +242,7 @@ def test_with_prometheus_stopped_the_controller_holds_and_says_so_then_resumes(
         f"({message!r}); replicas held at "
         f"{sorted(set(held))}; restarted: scaled out {resumed:.1f} s later"
     )
-    assert set(held) == {1}, held
+    assert set(held) == {before}, (held, before, scalings(node, name))
     reasons = events(node, name)
     assert "MetricsUnavailable" in reasons and "MetricsRestored" in reasons, reasons
     assert summary.total.failures == 0, summary.failures
