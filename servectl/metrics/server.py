@@ -65,6 +65,12 @@ class PrometheusStartError(PrometheusError):
     """The process exited or did not become ready in time; the message ends with its log."""
 
 
+class PrometheusPortInUse(PrometheusStartError):
+    """Another process took the listen port (picked free, then taken before Prometheus bound
+    it: a race with whatever else starts on the machine); :meth:`PrometheusServer.move_to`
+    another port and start again."""
+
+
 class PrometheusTimeout(PrometheusError):
     """A ``wait_for_*`` condition did not hold before its timeout."""
 
@@ -238,6 +244,12 @@ class PrometheusServer:
             return self._process.poll() is None
         return self._adopted_pid is not None and processes.alive(self._adopted_pid)
 
+    def move_to(self, port: int) -> None:
+        """Listen on ``port`` from the next :meth:`start` (not while running)."""
+        if self.running:
+            raise PrometheusError(f"running at {self.url}: stop it before moving it")
+        self._port = port
+
     def adopt(self) -> bool:
         """Take over a Prometheus a previous process started here with ``detach=True``
         and left running: True when its pid (``prometheus.pid``) is alive and it serves
@@ -372,9 +384,15 @@ class PrometheusServer:
             process = self._process
             assert process is not None
             if process.poll() is not None:
-                raise PrometheusStartError(
+                tail = self.log_tail()
+                kind = (
+                    PrometheusPortInUse
+                    if "address already in use" in tail.rsplit("--- servectl:", 1)[-1]
+                    else PrometheusStartError
+                )
+                raise kind(
                     f"Prometheus exited with code {process.returncode} while starting on "
-                    f"port {self._port}; last lines of {self.log_path}:\n{self.log_tail()}"
+                    f"port {self._port}; last lines of {self.log_path}:\n{tail}"
                 )
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1.0) as response:

@@ -13,12 +13,14 @@ import pytest
 from servectl.metrics import server as server_mod
 from servectl.metrics.server import (
     PrometheusNotFound,
+    PrometheusPortInUse,
     PrometheusQueryError,
     PrometheusServer,
     PrometheusStartError,
     PrometheusTimeout,
     ScrapeTarget,
 )
+from servectl.processes import free_port
 from servectl.testing.exporters import wait_until
 from tests.integration.conftest import ExporterFactory
 
@@ -127,9 +129,17 @@ def test_a_port_in_use_is_a_start_error_with_the_log(
     prometheus: PrometheusServer, tmp_path: Path, prometheus_binary: str
 ) -> None:
     second = PrometheusServer(tmp_path / "second", port=prometheus.port, binary=prometheus_binary)
-    with pytest.raises(PrometheusStartError, match="address already in use"):
+    with pytest.raises(PrometheusPortInUse, match="address already in use"):
         second.start()
     assert not second.running
+    # What the local runtime does then: another port, and start again.
+    second.move_to(free_port())
+    with second:
+        assert second.running and second.port != prometheus.port
+    other = PrometheusServer(tmp_path / "third", port=free_port(), binary="/bin/false")
+    with pytest.raises(PrometheusStartError) as info:  # exits, but not for its port
+        other.start()
+    assert not isinstance(info.value, PrometheusPortInUse)
 
 
 def test_missing_binary_names_the_debian_package(tmp_path: Path) -> None:

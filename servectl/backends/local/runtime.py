@@ -54,7 +54,12 @@ from servectl.backends.local.store import Store
 from servectl.controller import explain
 from servectl.controller.driver import Driver
 from servectl.metrics.config import MetricsConfig
-from servectl.metrics.server import PrometheusError, PrometheusServer, ScrapeTarget
+from servectl.metrics.server import (
+    PrometheusError,
+    PrometheusPortInUse,
+    PrometheusServer,
+    ScrapeTarget,
+)
 from servectl.metrics.source import PrometheusSource
 from servectl.processes import free_port
 
@@ -153,6 +158,24 @@ class Runtime:
             self.store.put_setting("ports", ports)
         return {k: int(v) for k, v in ports.items()}
 
+    def _start_prometheus(self, tries: int = 3) -> None:
+        """Start Prometheus; where another process took its port since it was picked (CI
+        saw it: two runtimes starting at once on one machine), move it to a free port,
+        kept in the store, and start again."""
+        for attempt in range(tries):
+            try:
+                self.prometheus.start()
+                return
+            except PrometheusPortInUse:
+                if attempt == tries - 1:
+                    raise
+                taken, port = self.prometheus.port, free_port()
+                log.warning("Prometheus port %d is taken by another process: using %d", taken, port)
+                ports = dict(self.store.get_setting("ports") or {})
+                ports["prometheus"] = port
+                self.store.put_setting("ports", ports)
+                self.prometheus.move_to(port)
+
     def start(self) -> None:
         """Start or adopt HAProxy and Prometheus, and serve the exporter."""
         router_adopted = self.router.running
@@ -160,7 +183,7 @@ class Runtime:
             self.router.start()
         prometheus_adopted = self.prometheus.adopt()
         if not prometheus_adopted:
-            self.prometheus.start()
+            self._start_prometheus()
         self._pids = {"HAProxy": self.router.pid, "Prometheus": self.prometheus.pid}
         replicas = self.supervisor.replicas()
         adopted = sum(1 for r in replicas if r.adopted and r.pid is not None)
